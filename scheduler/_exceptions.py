@@ -1,0 +1,75 @@
+"""Exceptions raised by the scheduler.
+
+The tree::
+
+    SchedulerError
+     ├── CronSyntaxError    (ValueError)   a cron expression that cannot be parsed or never fires
+     ├── LockLostError                     a job's lock was gone or taken over while it ran
+     └── JobLookupError     (LookupError)  ``remove()`` or ``trigger()`` names no job
+
+Messages are built here from data, so that raise sites pass values, not prose.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CronSyntaxError",
+    "JobLookupError",
+    "LockLostError",
+    "SchedulerError",
+]
+
+
+class SchedulerError(Exception):
+    """Root of every error the scheduler raises on purpose."""
+
+
+class CronSyntaxError(SchedulerError, ValueError):
+    """A cron expression was rejected.
+
+    It subclasses :class:`ValueError` so that code validating user input with
+    ``except ValueError`` keeps working.
+
+    :param expr: the whole expression as given
+    :param field: the field at fault (``"second"`` ... ``"day-of-week"``), or ``"expression"``
+        when the expression as a whole is wrong (field count, unknown preset)
+    :param token: the part of the field that was rejected
+    :param reason: why, and the fix where there is one
+    """
+
+    def __init__(self, expr: str, field: str, token: str, reason: str) -> None:
+        self.expr = expr
+        self.field = field
+        self.token = token
+        self.reason = reason
+        super().__init__(f"invalid cron expression {expr!r}: {field} field {token!r}: {reason}")
+
+
+class LockLostError(SchedulerError):
+    """A job's lock expired or was taken by another owner while the job ran.
+
+    :param name: the lock's name
+    :param detail: what was observed (``"released but already gone"``, ``"renewal failed"``)
+    """
+
+    def __init__(
+        self, name: str, detail: str = "the lock was gone or held by another owner"
+    ) -> None:
+        self.name = name
+        self.detail = detail
+        super().__init__(f"lock {name!r} was lost: {detail}; another replica may run the job too")
+
+
+class JobLookupError(SchedulerError, LookupError):
+    """No job is registered under the given name.
+
+    :param name: the name that was looked up
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"no job named {name!r}")
+
+    def __str__(self) -> str:
+        # LookupError subclasses such as KeyError repr their argument; keep the sentence.
+        return str(self.args[0])
