@@ -1,0 +1,87 @@
+"""An async, in-process event bus with explicit semantics and failures that are never silent.
+
+=====================  ===============================  ===================================
+call                   sync listener                    async listener
+=====================  ===============================  ===================================
+``emit(e)``            runs inline, in order, before    queued for the bus's workers;
+                       ``emit`` returns                 ``emit`` returns without waiting
+                                                        (needs ``async with bus:``)
+``await emit_async``   runs inline, in order            run concurrently; awaited
+=====================  ===============================  ===================================
+
+Where errors go: every listener exception is caught per listener, logged at ERROR, written to
+``bus.failures`` as a :class:`FailureRecord` and passed to ``on_failure``. Under ``capture``
+(the default) the publisher never sees it; under ``propagate`` the remaining listeners still
+run, then the publisher gets a :class:`ListenerErrors` group. Background listeners (async ones
+started by ``emit``) can only capture: nobody is waiting for them.
+"""
+
+from __future__ import annotations
+
+from ._bus import BusStatistics as BusStatistics
+from ._bus import EventBus as EventBus
+from ._codec import decode_payload as decode_payload
+from ._codec import encode_payload as encode_payload
+from ._events import Event as Event
+from ._events import EventRegistry as EventRegistry
+from ._events import default_registry as default_registry
+from ._exceptions import BusNotRunningError as BusNotRunningError
+from ._exceptions import DuplicateEventError as DuplicateEventError
+from ._exceptions import DuplicateListenerError as DuplicateListenerError
+from ._exceptions import EventBusError as EventBusError
+from ._exceptions import InvalidEventNameError as InvalidEventNameError
+from ._exceptions import InvalidPatternError as InvalidPatternError
+from ._exceptions import ListenerDroppedError as ListenerDroppedError
+from ._exceptions import ListenerErrors as ListenerErrors
+from ._exceptions import ListenerLookupError as ListenerLookupError
+from ._exceptions import ListenerShutdownError as ListenerShutdownError
+from ._exceptions import ListenerTimeoutError as ListenerTimeoutError
+from ._exceptions import PayloadError as PayloadError
+from ._exceptions import RecursionLimitError as RecursionLimitError
+from ._exceptions import UnknownEventError as UnknownEventError
+from ._failures import FailureRecord as FailureRecord
+from ._failures import FailureStatus as FailureStatus
+from ._listeners import ErrorPolicy as ErrorPolicy
+from ._listeners import Listener as Listener
+from ._listeners import Outcome as Outcome
+from ._patterns import matches as matches
+from .backends.memory import MemoryFailureStore as MemoryFailureStore
+
+__all__ = [
+    "BusNotRunningError",
+    "BusStatistics",
+    "DuplicateEventError",
+    "DuplicateListenerError",
+    "ErrorPolicy",
+    "Event",
+    "EventBus",
+    "EventBusError",
+    "EventRegistry",
+    "FailureRecord",
+    "FailureStatus",
+    "InvalidEventNameError",
+    "InvalidPatternError",
+    "ListenerDroppedError",
+    "ListenerErrors",
+    "ListenerLookupError",
+    "ListenerShutdownError",
+    "ListenerTimeoutError",
+    "MemoryFailureStore",
+    "Outcome",
+    "PayloadError",
+    "RecursionLimitError",
+    "UnknownEventError",
+    "decode_payload",
+    "default_registry",
+    "encode_payload",
+    "matches",
+]
+
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "").startswith("eventbus."):
+        try:
+            _obj.__module__ = "eventbus"
+        except (AttributeError, TypeError):
+            pass
+del _name, _obj

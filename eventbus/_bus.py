@@ -1,0 +1,770 @@
+"""The event bus: subscription, dispatch plans, sync and async emit, failure capture.
+
+``emit()`` runs sync listeners inline and hands async ones to a bounded queue served by a fixed
+set of worker tasks; ``emit_async()`` runs every listener and waits. A listener exception is
+captured per listener, logged and recorded, and (under ``errors="propagate"``) re-raised to the
+publisher as a :class:`ListenerErrors` group once every listener has run.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import itertools
+import logging
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, overload
+
+import anyio
+from anyio.lowlevel import checkpoint
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from ._events import Event, EventRegistry, default_registry
+from ._exceptions import (
+    BusNotRunningError,
+    DuplicateListenerError,
+    ListenerDroppedError,
+    ListenerErrors,
+    ListenerLookupError,
+    ListenerShutdownError,
+    ListenerTimeoutError,
+    PayloadError,
+    RecursionLimitError,
+    UnknownEventError,
+)
+from ._failures import FailureRecord, new_event_id
+from ._listeners import ErrorPolicy, Listener, Outcome, default_listener_name, is_async_callable
+from ._patterns import compile_pattern, is_pattern, matches
+from .backends.memory import MemoryFailureStore
+
+if TYPE_CHECKING:
+    from ._retry import RetryReport
+    from .abc import FailureStore
+
+__all__ = ["BusStatistics", "EventBus"]
+
+logger = logging.getLogger("eventbus")
+
+E = TypeVar("E", bound=Event)
+R = TypeVar("R")
+
+# Async-hop depth (a listener run by a worker or by emit_async that emits again). Sync nesting
+# is counted on the bus itself: between two awaits it always returns to zero.
+_async_depth: contextvars.ContextVar[int] = contextvars.ContextVar("eventbus_depth", default=0)
+
+
+class _TypedDecorator(Protocol[E]):
+    def __call__(self, fn: Callable[[E], R], /) -> Callable[[E], R]: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BusStatistics:
+    """A snapshot of the bus, for health endpoints and tests."""
+
+    listeners: int
+    running: bool
+    queued: int
+    in_flight: int
+    dropped: int
+    failures: int
+
+
+class _Emission:
+    """One emit: its event and an id made only if something fails (nothing per emit otherwise)."""
+
+    __slots__ = ("_event_id", "depth", "event")
+
+    def __init__(self, event: Event, depth: int) -> None:
+        self.event = event
+        self.depth = depth
+        self._event_id: str | None = None
+
+    @property
+    def event_id(self) -> str:
+        if self._event_id is None:
+            self._event_id = new_event_id()
+        return self._event_id
+
+
+class _Job:
+    __slots__ = ("emission", "listener")
+
+    def __init__(self, listener: Listener, emission: _Emission) -> None:
+        self.listener = listener
+        self.emission = emission
+
+
+class _FastPlan(tuple[Callable[[Any], Any], ...]):
+    """Plain callables for the hot path: all sync, capture policy, no once, no retries.
+
+    ``subs`` maps a failing position back to its subscription, so a failure is recorded under
+    the right name even if the listener was removed while the emit ran.
+    """
+
+    subs: tuple[Listener, ...]
+
+
+class _Plan:
+    """Listeners for one event type in subscription order, plus what the slow path needs."""
+
+    __slots__ = ("listeners", "n_async")
+
+    def __init__(self, listeners: tuple[Listener, ...]) -> None:
+        self.listeners = listeners
+        self.n_async = sum(1 for lst in listeners if lst.is_async)
+
+
+class EventBus:
+    """Dispatches events to listeners; see the ``eventbus`` module docstring for the semantics.
+
+    :param registry: where event names are looked up (default: the module-level registry)
+    :param failures: the failure store (default: a new :class:`MemoryFailureStore`); the bus
+        starts it in its task group and closes it on exit, but never owns its engine or client
+    :param errors: the default error policy, ``"capture"`` or ``"propagate"``
+    :param queue_size: capacity of the background queue; a full queue records a drop
+    :param workers: number of worker tasks running async listeners started by ``emit()``
+    :param shutdown_grace: seconds that leaving ``async with bus:`` waits for queued work
+    :param max_depth: how deeply emits may nest before :class:`RecursionLimitError`
+    :param retry_backoff: first delay between async retries (doubling); sync retries in
+        ``emit()`` do not sleep, since ``emit()`` never waits
+    :param on_failure: called with each new :class:`FailureRecord` (for alerting); its own
+        exceptions are logged, never raised
+    """
+
+    def __init__(
+        self,
+        registry: EventRegistry | None = None,
+        failures: FailureStore | None = None,
+        *,
+        errors: ErrorPolicy = "capture",
+        queue_size: int = 10_000,
+        workers: int = 16,
+        shutdown_grace: float = 5.0,
+        max_depth: int = 32,
+        retry_backoff: float = 0.1,
+        on_failure: Callable[[FailureRecord], object] | None = None,
+    ) -> None:
+        if errors not in ("capture", "propagate"):
+            raise ValueError(f"errors={errors!r} is not a policy; use 'capture' or 'propagate'")
+        if queue_size < 0 or workers < 1 or max_depth < 1 or shutdown_grace < 0:
+            raise ValueError(
+                "queue_size must be >= 0, workers >= 1, max_depth >= 1 and shutdown_grace >= 0"
+            )
+        self.registry = registry if registry is not None else default_registry
+        self.failures: FailureStore = failures if failures is not None else MemoryFailureStore()
+        self.errors: ErrorPolicy = errors
+        self.queue_size = queue_size
+        self.workers = workers
+        self.shutdown_grace = shutdown_grace
+        self.max_depth = max_depth
+        self.retry_backoff = retry_backoff
+        self.on_failure = on_failure
+        self._subs: list[Listener] = []
+        self._names: dict[str, Listener] = {}
+        self._seq = itertools.count()
+        # event type -> plain callables (fast path) or a _Plan (slow path)
+        self._plans: dict[type[Event], _FastPlan | _Plan] = {}
+        self._depth = 0
+        self._running = False
+        self._closing = False
+        self._send: MemoryObjectSendStream[_Job] | None = None
+        self._leftovers: MemoryObjectReceiveStream[_Job] | None = None
+        self._in_flight: set[_Job] = set()
+        self._stack: AsyncExitStack | None = None
+        self._workers_done: anyio.Event | None = None
+        self._worker_scope: anyio.CancelScope | None = None
+        self._dropped = 0
+        self._failure_count = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"EventBus(listeners={len(self._subs)}, errors={self.errors!r}, "
+            f"queue_size={self.queue_size}, workers={self.workers}, running={self._running}, "
+            f"failures={self.failures!r})"
+        )
+
+    # -- subscription ---------------------------------------------------------------------------
+
+    @overload
+    def on(
+        self,
+        event: type[E],
+        /,
+        *,
+        name: str | None = ...,
+        once: bool = ...,
+        timeout: float | None = ...,
+        retries: int = ...,
+        errors: ErrorPolicy | None = ...,
+    ) -> _TypedDecorator[E]: ...
+
+    @overload
+    def on(
+        self,
+        event: str,
+        /,
+        *,
+        name: str | None = ...,
+        once: bool = ...,
+        timeout: float | None = ...,
+        retries: int = ...,
+        errors: ErrorPolicy | None = ...,
+    ) -> _TypedDecorator[Event]: ...
+
+    @overload
+    def on(
+        self,
+        event: type[E],
+        listener: Callable[[E], R],
+        /,
+        *,
+        name: str | None = ...,
+        once: bool = ...,
+        timeout: float | None = ...,
+        retries: int = ...,
+        errors: ErrorPolicy | None = ...,
+    ) -> Callable[[E], R]: ...
+
+    @overload
+    def on(
+        self,
+        event: str,
+        listener: Callable[[Event], R],
+        /,
+        *,
+        name: str | None = ...,
+        once: bool = ...,
+        timeout: float | None = ...,
+        retries: int = ...,
+        errors: ErrorPolicy | None = ...,
+    ) -> Callable[[Event], R]: ...
+
+    def on(
+        self,
+        event: type[Event] | str,
+        listener: Callable[[Any], Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        once: bool = False,
+        timeout: float | None = None,
+        retries: int = 0,
+        errors: ErrorPolicy | None = None,
+    ) -> Any:
+        """Subscribe a listener to an event type, an event name or a wildcard pattern.
+
+        Use as ``@bus.on(OrderPaid)`` or ``bus.on("order.*", fn)``; the function is returned
+        unchanged. Everything is validated before anything is registered.
+
+        :param name: stable name for the failure table (default ``module:qualname``)
+        :param once: remove the listener after its first call
+        :param timeout: seconds after which an async listener is cancelled and a timeout recorded
+        :param retries: extra attempts before a failure is recorded (recorded once)
+        :param errors: this listener's policy; default: the bus's
+        :raises DuplicateListenerError: if another listener on this bus already has that name
+        """
+        pattern = self._pattern_of(event)
+        if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
+            raise ValueError(f"timeout={timeout!r} must be a positive number of seconds")
+        if not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"retries={retries!r} must be an int >= 0")
+        if errors not in (None, "capture", "propagate"):
+            raise ValueError(f"errors={errors!r} is not a policy; use 'capture' or 'propagate'")
+
+        def subscribe(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+            if not callable(fn):
+                raise TypeError(f"listener for {pattern!r} must be callable, got {fn!r}")
+            is_async = is_async_callable(fn)
+            if timeout is not None and not is_async:
+                raise ValueError(
+                    f"timeout= applies to async listeners only; {default_listener_name(fn)!r} "
+                    "is sync and cannot be cancelled while it runs"
+                )
+            lname = name if name is not None else default_listener_name(fn)
+            if lname in self._names:
+                raise DuplicateListenerError(lname)
+            sub = Listener(
+                fn=fn,
+                name=lname,
+                pattern=pattern,
+                is_async=is_async,
+                once=once,
+                timeout=timeout,
+                retries=retries,
+                errors=errors,
+                seq=next(self._seq),
+            )
+            self._subs.append(sub)
+            self._names[lname] = sub
+            self._plans.clear()
+            return fn
+
+        if listener is not None:
+            return subscribe(listener)
+        return subscribe
+
+    def once(self, event: type[E] | str, /, **options: Any) -> Any:
+        """Like :meth:`on` with ``once=True``."""
+        return self.on(event, once=True, **options)
+
+    def off(self, event: type[Event] | str, listener: Callable[..., Any] | str, /) -> None:
+        """Unsubscribe by function or by listener name; an emit already running is unaffected.
+
+        :raises ListenerLookupError: if no such subscription exists
+        """
+        pattern = self._pattern_of(event)
+        for sub in self._subs:
+            if sub.pattern == pattern and (
+                sub.name == listener if isinstance(listener, str) else sub.fn is listener
+            ):
+                self._remove(sub)
+                return
+        who = listener if isinstance(listener, str) else default_listener_name(listener)
+        raise ListenerLookupError(f"no listener {who!r} is subscribed to {pattern!r}")
+
+    def listeners(self, event: type[Event] | str) -> list[Listener]:
+        """The listeners an emit of *event* would call, in the order it would call them."""
+        cls = self.registry.get(event) if isinstance(event, str) else event
+        return list(self._build_plan(cls).listeners)
+
+    def listener(self, name: str) -> Listener | None:
+        """The subscription with that name, if any (retries look listeners up this way)."""
+        return self._names.get(name)
+
+    def _remove(self, sub: Listener) -> None:
+        try:
+            self._subs.remove(sub)
+        except ValueError:
+            return
+        if self._names.get(sub.name) is sub:
+            del self._names[sub.name]
+        self._plans.clear()
+
+    def _pattern_of(self, event: type[Event] | str) -> str:
+        if isinstance(event, str):
+            compile_pattern(event)
+            if not is_pattern(event) and event not in self.registry:
+                raise UnknownEventError(
+                    event, "declare it before subscribing, or subscribe with a wildcard pattern"
+                )
+            return event
+        if isinstance(event, type) and issubclass(event, Event):
+            if not event.__event_name__:
+                raise UnknownEventError(event.__qualname__, "an event base class has no name=")
+            if self.registry.get(event.__event_name__) is not event:
+                raise UnknownEventError(event.__event_name__, "it is declared in another registry")
+            return event.__event_name__
+        raise TypeError(f"expected an Event subclass or a pattern string, got {event!r}")
+
+    # -- plans ----------------------------------------------------------------------------------
+
+    def _build_plan(self, cls: type[Event]) -> _Plan:
+        name = cls.__event_name__
+        if not name or name not in self.registry or self.registry.get(name) is not cls:
+            raise UnknownEventError(
+                name or cls.__qualname__, "emit only events declared in the bus's registry"
+            )
+        return _Plan(tuple(s for s in self._subs if s.pattern == name or matches(s.pattern, name)))
+
+    def _plan_for(self, cls: type[Event]) -> _FastPlan | _Plan:
+        plan = self._build_plan(cls)
+        fns = [s.fn for s in plan.listeners]
+        fast = (
+            self.errors == "capture"
+            and all(
+                not s.is_async and not s.once and s.retries == 0 and s.errors != "propagate"
+                for s in plan.listeners
+            )
+            and len(set(map(id, fns))) == len(fns)
+        )
+        result: _FastPlan | _Plan = plan
+        if fast:
+            result = _FastPlan(fns)
+            result.subs = plan.listeners
+        self._plans[cls] = result
+        return result
+
+    # -- emit -----------------------------------------------------------------------------------
+
+    def emit(self, event: Event | str, payload: Mapping[str, Any] | None = None, /) -> None:
+        """Run sync listeners now, in order; queue async ones for the workers; never wait.
+
+        :param event: an event instance, or a declared name with *payload* as a mapping
+        :raises BusNotRunningError: if async listeners match and ``async with bus:`` is not entered
+        :raises ListenerErrors: under ``errors="propagate"``, after every sync listener ran
+        """
+        try:
+            plan = self._plans[event.__class__]  # type: ignore[index]
+        except KeyError:
+            event = self._coerce(event, payload)
+            plan = self._plan_for(event.__class__)
+        if plan.__class__ is _FastPlan:
+            depth = self._depth
+            if depth >= self.max_depth:
+                raise RecursionLimitError(event.__event_name__, self.max_depth)
+            self._depth = depth + 1
+            try:
+                for fn in plan:  # type: ignore[union-attr]
+                    try:
+                        fn(event)
+                    except Exception as exc:
+                        self._fast_failure(event, plan, fn, exc)  # type: ignore[arg-type]
+            finally:
+                self._depth = depth
+            return None
+        return self._emit_planned(event, plan)  # type: ignore[arg-type]
+
+    def _coerce(self, event: Event | str, payload: Mapping[str, Any] | None) -> Event:
+        if isinstance(event, str):
+            if payload is None:
+                payload = {}
+            return self.registry.build(event, payload)
+        if payload is not None:
+            raise TypeError("pass either an event instance or a name and a payload, not both")
+        if not isinstance(event, Event):
+            raise PayloadError(
+                getattr(event, "__event_name__", type(event).__name__),
+                f"emit() takes an Event instance or a declared name, got {type(event).__name__}",
+            )
+        return event
+
+    def _fast_failure(
+        self, event: Event, plan: _FastPlan, fn: Callable[[Any], Any], exc: Exception
+    ) -> None:
+        sub = plan.subs[plan.index(fn)]  # unique: plans with a repeated function are not fast
+        self._record(event, new_event_id(), sub.name, exc, 1)
+
+    def _emit_planned(self, event: Event, plan: _Plan) -> None:
+        ename = event.__event_name__
+        if plan.n_async and not self._running:
+            if self._closing:
+                pass  # recorded per listener below as dropped: the bus is closing
+            else:
+                raise BusNotRunningError(ename, plan.n_async)
+        depth = self._depth + _async_depth.get()
+        if depth >= self.max_depth:
+            raise RecursionLimitError(ename, self.max_depth)
+        emission = _Emission(event, depth + 1)
+        raised: list[Exception] = []
+        self._depth += 1
+        try:
+            for sub in plan.listeners:
+                if sub.once:
+                    if sub.fired:
+                        continue
+                    sub.fired = True
+                    self._remove(sub)
+                if sub.is_async:
+                    self._enqueue(sub, emission)
+                    continue
+                exc, _value, _rec = self._call_sync(sub, emission)
+                if exc is not None and (sub.errors or self.errors) == "propagate":
+                    exc.add_note(f"listener: {sub.name}")
+                    raised.append(exc)
+        finally:
+            self._depth -= 1
+        if raised:
+            raise ListenerErrors.for_event(ename, raised)
+
+    def _enqueue(self, sub: Listener, emission: _Emission) -> None:
+        if self._send is None or not self._running:
+            self._dropped += 1
+            self._record(
+                emission.event,
+                emission.event_id,
+                sub.name,
+                ListenerDroppedError(sub.name, "the bus is shutting down"),
+                0,
+            )
+            return
+        try:
+            self._send.send_nowait(_Job(sub, emission))
+        except anyio.WouldBlock:
+            self._dropped += 1
+            self._record(
+                emission.event,
+                emission.event_id,
+                sub.name,
+                ListenerDroppedError(sub.name, f"queue full ({self.queue_size} waiting)"),
+                0,
+            )
+
+    def _call_sync(
+        self, sub: Listener, emission: _Emission
+    ) -> tuple[Exception | None, Any, FailureRecord | None]:
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                return None, sub.fn(emission.event), None
+            except Exception as exc:
+                if attempts <= sub.retries:
+                    continue
+                rec = self._record(emission.event, emission.event_id, sub.name, exc, attempts)
+                return exc, None, rec
+
+    async def _call_async(
+        self, sub: Listener, emission: _Emission
+    ) -> tuple[Exception | None, Any, FailureRecord | None]:
+        attempts = 0
+        token = _async_depth.set(emission.depth)
+        try:
+            while True:
+                attempts += 1
+                try:
+                    return None, await self._invoke(sub, emission.event), None
+                except Exception as exc:
+                    if attempts <= sub.retries:
+                        await anyio.sleep(min(self.retry_backoff * 2 ** (attempts - 1), 30.0))
+                        continue
+                    rec = self._record(emission.event, emission.event_id, sub.name, exc, attempts)
+                    return exc, None, rec
+        finally:
+            _async_depth.reset(token)
+
+    async def _invoke(self, sub: Listener, event: Event) -> Any:
+        if sub.timeout is None:
+            return await sub.fn(event)
+        with anyio.move_on_after(sub.timeout) as scope:
+            return await sub.fn(event)
+        if scope.cancelled_caught:
+            raise ListenerTimeoutError(sub.name, sub.timeout)
+        return None  # pragma: no cover - the body either returned or was cancelled
+
+    async def call_listener(self, sub: Listener, event: Event) -> Outcome:
+        """Call one listener once, honouring its timeout, recording nothing (retries use this)."""
+        start = time.perf_counter()
+        try:
+            if sub.is_async:
+                value = await self._invoke(sub, event)
+            else:
+                await checkpoint()
+                value = sub.fn(event)
+        except Exception as exc:
+            return Outcome(sub.name, None, exc, time.perf_counter() - start)
+        return Outcome(sub.name, value, None, time.perf_counter() - start)
+
+    async def emit_async(
+        self, event: Event | str, payload: Mapping[str, Any] | None = None, /
+    ) -> list[Outcome]:
+        """Run every matching listener (async ones concurrently) and wait for all of them.
+
+        :return: one :class:`Outcome` per listener, in subscription order
+        :raises ListenerErrors: under ``errors="propagate"``, after every listener finished
+        """
+        await checkpoint()
+        event = self._coerce(event, payload)
+        plan = self._build_plan_cached(event.__class__)
+        depth = self._depth + _async_depth.get()
+        if depth >= self.max_depth:
+            raise RecursionLimitError(event.__event_name__, self.max_depth)
+        emission = _Emission(event, depth + 1)
+        outcomes: list[Outcome | None] = [None] * len(plan.listeners)
+
+        async def run(i: int, sub: Listener) -> None:
+            start = time.perf_counter()
+            exc, value, rec = await self._call_async(sub, emission)
+            outcomes[i] = Outcome(sub.name, value, exc, time.perf_counter() - start, rec)
+
+        async with anyio.create_task_group() as tg:
+            for i, sub in enumerate(plan.listeners):
+                if sub.once:
+                    if sub.fired:
+                        outcomes[i] = Outcome(sub.name, None, None, 0.0)
+                        continue
+                    sub.fired = True
+                    self._remove(sub)
+                if sub.is_async:
+                    tg.start_soon(run, i, sub)
+                else:
+                    start = time.perf_counter()
+                    token = _async_depth.set(emission.depth)
+                    try:
+                        exc, value, rec = self._call_sync(sub, emission)
+                    finally:
+                        _async_depth.reset(token)
+                    outcomes[i] = Outcome(sub.name, value, exc, time.perf_counter() - start, rec)
+        done = [o for o in outcomes if o is not None]
+        raised: list[Exception] = []
+        for sub, out in zip(plan.listeners, done, strict=True):
+            if isinstance(out.error, Exception) and (sub.errors or self.errors) == "propagate":
+                out.error.add_note(f"listener: {sub.name}")
+                raised.append(out.error)
+        if raised:
+            raise ListenerErrors.for_event(event.__event_name__, raised)
+        return done
+
+    def _build_plan_cached(self, cls: type[Event]) -> _Plan:
+        plan = self._plans.get(cls)
+        if plan is None:
+            plan = self._plan_for(cls)
+        return plan if isinstance(plan, _Plan) else self._build_plan(cls)
+
+    # -- failures -------------------------------------------------------------------------------
+
+    def _record(
+        self, event: Event, event_id: str, listener: str, exc: BaseException, attempts: int
+    ) -> FailureRecord:
+        rec = FailureRecord.from_exception(
+            event=event, event_id=event_id, listener=listener, exc=exc, attempts=attempts
+        )
+        self._failure_count += 1
+        logger.error(
+            "listener %r failed for %r (event_id=%s, attempts=%d): %s: %s",
+            listener,
+            rec.event_name,
+            event_id,
+            attempts,
+            rec.error_type,
+            rec.message,
+            exc_info=exc,
+        )
+        try:
+            self.failures.record(rec)
+        except Exception:
+            logger.exception(
+                "failure store %r refused a record; its content: %r", self.failures, rec
+            )
+        if self.on_failure is not None:
+            try:
+                self.on_failure(rec)
+            except Exception:
+                logger.exception("on_failure hook %r raised", self.on_failure)
+        return rec
+
+    async def retry_failures(
+        self,
+        *,
+        event: str | None = None,
+        listener: str | None = None,
+        limit: int | None = None,
+        max_attempts: int = 5,
+    ) -> RetryReport:
+        """Re-run pending failures from the store; see :func:`eventbus._retry.retry_failures`."""
+        from ._retry import retry_failures
+
+        return await retry_failures(
+            self, event=event, listener=listener, limit=limit, max_attempts=max_attempts
+        )
+
+    def statistics(self) -> BusStatistics:
+        queued = 0
+        if self._send is not None:
+            queued = self._send.statistics().current_buffer_used
+        return BusStatistics(
+            listeners=len(self._subs),
+            running=self._running,
+            queued=queued,
+            in_flight=len(self._in_flight),
+            dropped=self._dropped,
+            failures=self._failure_count,
+        )
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        if self._running or self._stack is not None:
+            raise RuntimeError("this bus is already running; enter 'async with bus:' once")
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            await self.failures.start(tg)
+            send, recv = anyio.create_memory_object_stream[_Job](max_buffer_size=self.queue_size)
+            self._send = send
+            self._leftovers = recv.clone()
+            self._workers_done = anyio.Event()
+            self._worker_scope = anyio.CancelScope()
+            tg.start_soon(self._run_workers, recv)
+        except BaseException:
+            await stack.__aexit__(None, None, None)
+            raise
+        self._stack = stack
+        self._running = True
+        self._closing = False
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        stack, self._stack = self._stack, None
+        assert stack is not None and self._send is not None and self._workers_done is not None
+        self._running = False
+        self._closing = True
+        try:
+            with anyio.CancelScope(shield=True):
+                self._send.close()  # workers finish what is queued, then see the end of stream
+                with anyio.move_on_after(self.shutdown_grace):
+                    await self._workers_done.wait()
+                if not self._workers_done.is_set():
+                    assert self._worker_scope is not None
+                    self._worker_scope.cancel()
+                    await self._workers_done.wait()
+                self._record_unfinished()
+                await self.failures.aclose()
+        except BaseException as err:
+            self._closing, self._send = False, None
+            await stack.__aexit__(type(err), err, err.__traceback__)
+            raise
+        self._closing, self._send = False, None
+        return await stack.__aexit__(exc_type, exc, tb)
+
+    async def aclose(self) -> None:
+        """Leave the running state as ``async with`` would, draining with the grace period."""
+        if self._stack is not None:
+            await self.__aexit__(None, None, None)
+
+    async def _run_workers(self, recv: MemoryObjectReceiveStream[_Job]) -> None:
+        assert self._worker_scope is not None and self._workers_done is not None
+        try:
+            with self._worker_scope:
+                async with anyio.create_task_group() as tg:
+                    for _ in range(self.workers):
+                        tg.start_soon(self._worker, recv.clone())
+                recv.close()
+        finally:
+            self._workers_done.set()
+
+    async def _worker(self, recv: MemoryObjectReceiveStream[_Job]) -> None:
+        async with recv:
+            async for job in recv:
+                self._in_flight.add(job)
+                await self._call_async(job.listener, job.emission)
+                self._in_flight.discard(job)  # skipped on cancellation: shutdown records it
+
+    def _record_unfinished(self) -> None:
+        for job in list(self._in_flight):
+            self._record(
+                job.emission.event,
+                job.emission.event_id,
+                job.listener.name,
+                ListenerShutdownError(job.listener.name, self.shutdown_grace, started=True),
+                1,
+            )
+        self._in_flight.clear()
+        leftovers, self._leftovers = self._leftovers, None
+        if leftovers is None:
+            return
+        while True:
+            try:
+                job = leftovers.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                break
+            self._record(
+                job.emission.event,
+                job.emission.event_id,
+                job.listener.name,
+                ListenerShutdownError(job.listener.name, self.shutdown_grace, started=False),
+                0,
+            )
+        leftovers.close()

@@ -1,0 +1,170 @@
+"""Exceptions raised by the event bus.
+
+The tree::
+
+    EventBusError
+     ├── UnknownEventError           (LookupError)   an event name or type nobody declared
+     ├── DuplicateEventError         (ValueError)    a name declared twice in one registry
+     ├── InvalidEventNameError       (ValueError)    a name outside ``[a-z0-9_-]`` dot segments
+     ├── InvalidPatternError         (ValueError)    a subscription pattern that cannot match
+     ├── PayloadError                (TypeError)     a payload that does not fit its declared type
+     ├── DuplicateListenerError      (ValueError)    two listeners would share one name
+     ├── ListenerLookupError         (LookupError)   ``off()`` or a retry names no listener
+     ├── BusNotRunningError          (RuntimeError)  async listeners, bus not entered
+     ├── RecursionLimitError         (RuntimeError)  nested emits deeper than ``max_depth``
+     ├── ListenerTimeoutError        (TimeoutError)  a listener's ``timeout=`` expired
+     ├── ListenerDroppedError        a call that never ran (queue full, bus closing)
+     └── ListenerShutdownError       a call that shutdown cut short
+    ListenerErrors (ExceptionGroup)  what ``errors="propagate"`` raises, always a group
+
+Messages are built here from data, so that raise sites pass values, not prose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "BusNotRunningError",
+    "DuplicateEventError",
+    "DuplicateListenerError",
+    "EventBusError",
+    "InvalidEventNameError",
+    "InvalidPatternError",
+    "ListenerDroppedError",
+    "ListenerErrors",
+    "ListenerLookupError",
+    "ListenerShutdownError",
+    "ListenerTimeoutError",
+    "PayloadError",
+    "RecursionLimitError",
+    "UnknownEventError",
+]
+
+
+class EventBusError(Exception):
+    """Root of every error the bus raises on purpose."""
+
+
+class UnknownEventError(EventBusError, LookupError):
+    def __init__(
+        self, name: str, hint: str = "declare it with 'class X(Event, name=...)' first"
+    ) -> None:
+        self.name = name
+        super().__init__(f"event {name!r} is not declared in this registry; {hint}")
+
+
+class DuplicateEventError(EventBusError, ValueError):
+    def __init__(self, name: str, existing: type, new: type) -> None:
+        self.name = name
+        super().__init__(
+            f"event {name!r} is already declared by {existing.__module__}.{existing.__qualname__}; "
+            f"{new.__module__}.{new.__qualname__} must use another name or another registry"
+        )
+
+
+class InvalidEventNameError(EventBusError, ValueError):
+    def __init__(self, name: object, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+        super().__init__(f"invalid event name {name!r}: {reason}")
+
+
+class InvalidPatternError(EventBusError, ValueError):
+    def __init__(self, pattern: object, reason: str) -> None:
+        self.pattern = pattern
+        self.reason = reason
+        super().__init__(f"invalid pattern {pattern!r}: {reason}")
+
+
+class PayloadError(EventBusError, TypeError):
+    def __init__(self, event: str, problem: str) -> None:
+        self.event = event
+        self.problem = problem
+        super().__init__(f"payload of {event!r}: {problem}")
+
+
+class DuplicateListenerError(EventBusError, ValueError):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"a listener named {name!r} is already subscribed on this bus; "
+            "pass a distinct name= (the name identifies it in the failure table and in retries)"
+        )
+
+
+class ListenerLookupError(EventBusError, LookupError):
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+
+
+class BusNotRunningError(EventBusError, RuntimeError):
+    def __init__(self, event: str, async_listeners: int) -> None:
+        self.event = event
+        super().__init__(
+            f"emit({event!r}) found {async_listeners} async listener"
+            f"{'s' if async_listeners != 1 else ''} but the bus is not running; "
+            "enter 'async with bus:' first, or use 'await bus.emit_async(...)'"
+        )
+
+
+class RecursionLimitError(EventBusError, RuntimeError):
+    def __init__(self, event: str, depth: int) -> None:
+        self.event = event
+        self.depth = depth
+        super().__init__(
+            f"emit({event!r}) is nested {depth} levels deep (max_depth={depth}); "
+            "a listener probably re-emits the event that triggered it"
+        )
+
+
+class ListenerTimeoutError(EventBusError, TimeoutError):
+    def __init__(self, listener: str, timeout: float) -> None:
+        self.listener = listener
+        self.timeout = timeout
+        super().__init__(f"listener {listener!r} did not finish within timeout={timeout:g}s")
+
+
+class ListenerDroppedError(EventBusError):
+    def __init__(self, listener: str, reason: str) -> None:
+        self.listener = listener
+        self.reason = reason
+        super().__init__(f"dropped: {reason} (listener {listener!r} never ran)")
+
+
+class ListenerShutdownError(EventBusError):
+    def __init__(self, listener: str, grace: float, started: bool) -> None:
+        self.listener = listener
+        self.started = started
+        state = "was cancelled" if started else "never started"
+        super().__init__(
+            f"shutdown: listener {listener!r} {state} within the grace period ({grace:g}s)"
+        )
+
+
+class ListenerErrors(ExceptionGroup[Exception]):
+    """Raised to the publisher under ``errors="propagate"``: always a group, even of one.
+
+    Each member carries a note ``listener: <name>``; ``split()`` and ``except*`` keep this type.
+    """
+
+    event: str
+
+    def __new__(cls, message: str, exceptions: Sequence[Exception], *, event: str = "") -> Any:
+        self = super().__new__(cls, message, exceptions)
+        self.event = event
+        return self
+
+    def __init__(self, message: str, exceptions: Sequence[Exception], *, event: str = "") -> None:
+        super().__init__(message, exceptions)
+
+    @classmethod
+    def for_event(cls, event: str, exceptions: Sequence[Exception]) -> ListenerErrors:
+        n = len(exceptions)
+        return cls(
+            f"{n} listener{'s' if n != 1 else ''} failed for {event!r}", exceptions, event=event
+        )
+
+    def derive(self, excs: Sequence[Exception]) -> ListenerErrors:  # type: ignore[override]
+        return ListenerErrors(self.message, excs, event=self.event)

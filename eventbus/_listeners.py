@@ -1,0 +1,65 @@
+"""Listener subscriptions and the outcome of one listener call."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, Literal
+
+from ._failures import FailureRecord
+
+__all__ = ["ErrorPolicy", "Listener", "Outcome", "default_listener_name", "is_async_callable"]
+
+ErrorPolicy = Literal["capture", "propagate"]
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class Listener:
+    """One subscription on a bus. ``name`` identifies it in the failure table and in retries."""
+
+    fn: Callable[[Any], Any]
+    name: str
+    pattern: str
+    is_async: bool
+    once: bool = False
+    timeout: float | None = None
+    retries: int = 0
+    errors: ErrorPolicy | None = None
+    seq: int = 0
+    fired: bool = False
+
+    def __repr__(self) -> str:
+        kind = "async" if self.is_async else "sync"
+        return f"<Listener {self.name!r} on {self.pattern!r} ({kind})>"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one listener call of ``emit_async()`` produced."""
+
+    listener: str
+    value: Any = None
+    error: BaseException | None = None
+    duration: float = 0.0
+    failure: FailureRecord | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def default_listener_name(fn: Callable[..., Any]) -> str:
+    """``module:qualname``: stable across restarts, which a retry from the table relies on."""
+    target = getattr(fn, "func", fn)  # functools.partial
+    module = getattr(target, "__module__", None) or type(target).__module__
+    qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
+    return f"{module}:{qualname}"
+
+
+def is_async_callable(fn: Callable[..., Any]) -> bool:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    call = None if inspect.isroutine(fn) else type(fn).__dict__.get("__call__")
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)

@@ -1,0 +1,53 @@
+"""Protocols that storage backends implement; concrete classes need not inherit from them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from anyio.abc import TaskGroup
+
+from ._failures import FailureRecord, FailureStatus
+
+__all__ = ["FailureStore"]
+
+
+@runtime_checkable
+class FailureStore(Protocol):
+    """**Protocol:** durable home of listener failures.
+
+    * ``record()`` is synchronous and never blocks the publisher; a store that writes to a
+      server buffers and writes from a background task.
+    * ``start(task_group)`` is called by the bus on ``async with bus:``; background work runs
+      in that task group. ``aclose()`` flushes everything accepted so far.
+    * ``flush()`` returns once every record accepted before the call is queryable.
+    * Queries return newest first.
+    """
+
+    def record(self, failure: FailureRecord) -> None: ...
+
+    async def start(self, task_group: TaskGroup) -> None: ...
+
+    async def flush(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    async def query(
+        self,
+        *,
+        status: FailureStatus | None = None,
+        event: str | None = None,
+        listener: str | None = None,
+        since: datetime | None = None,
+        limit: int | None = 100,
+    ) -> list[FailureRecord]: ...
+
+    async def get(self, failure_id: str) -> FailureRecord | None: ...
+
+    async def update(self, failure: FailureRecord) -> None:
+        """Replace the stored record of the same id (retry bookkeeping)."""
+        ...
+
+    async def purge(
+        self, *, status: FailureStatus | None = None, before: datetime | None = None
+    ) -> int: ...

@@ -1,0 +1,1 @@
+"""Storage backends: ``memory`` (embedded default) and ``sql`` (SQLAlchemy 2 async)."""

@@ -1,0 +1,94 @@
+"""In-process failure store: the embedded default and a verified fake of the SQL store."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from anyio.abc import TaskGroup
+from anyio.lowlevel import checkpoint
+
+from .._failures import FailureRecord, FailureStatus
+
+__all__ = ["MemoryFailureStore"]
+
+
+class MemoryFailureStore:
+    """Keeps failures in a dict, in insertion order; lost with the process.
+
+    :param max_records: oldest records are evicted beyond this many (``None``: unbounded)
+    """
+
+    def __init__(self, *, max_records: int | None = 100_000) -> None:
+        self._records: dict[str, FailureRecord] = {}
+        self._max = max_records
+        self.evicted = 0
+
+    def __repr__(self) -> str:
+        return f"MemoryFailureStore(records={len(self._records)}, max_records={self._max})"
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def record(self, failure: FailureRecord) -> None:
+        self._records[failure.id] = failure
+        if self._max is not None and len(self._records) > self._max:
+            del self._records[next(iter(self._records))]
+            self.evicted += 1
+
+    async def start(self, task_group: TaskGroup) -> None:
+        await checkpoint()
+
+    async def flush(self) -> None:
+        await checkpoint()
+
+    async def aclose(self) -> None:
+        await checkpoint()
+
+    async def query(
+        self,
+        *,
+        status: FailureStatus | None = None,
+        event: str | None = None,
+        listener: str | None = None,
+        since: datetime | None = None,
+        limit: int | None = 100,
+    ) -> list[FailureRecord]:
+        await checkpoint()
+        out: list[FailureRecord] = []
+        for rec in reversed(self._records.values()):
+            if status is not None and rec.status != status:
+                continue
+            if event is not None and rec.event_name != event:
+                continue
+            if listener is not None and rec.listener != listener:
+                continue
+            if since is not None and rec.last_failed_at < since:
+                continue
+            out.append(rec)
+            if limit is not None and len(out) >= limit:
+                break
+        return out
+
+    async def get(self, failure_id: str) -> FailureRecord | None:
+        await checkpoint()
+        return self._records.get(failure_id)
+
+    async def update(self, failure: FailureRecord) -> None:
+        await checkpoint()
+        if failure.id not in self._records:
+            raise KeyError(failure.id)
+        self._records[failure.id] = failure
+
+    async def purge(
+        self, *, status: FailureStatus | None = None, before: datetime | None = None
+    ) -> int:
+        await checkpoint()
+        doomed = [
+            r.id
+            for r in self._records.values()
+            if (status is None or r.status == status)
+            and (before is None or r.last_failed_at < before)
+        ]
+        for fid in doomed:
+            del self._records[fid]
+        return len(doomed)
