@@ -404,10 +404,12 @@ class EventBus:
         if plan.__class__ is _FastPlan:
             depth = self._depth
             if depth >= self.max_depth:
-                raise RecursionLimitError(event.__event_name__, self.max_depth)
+                raise RecursionLimitError(
+                    getattr(event, "__event_name__", str(event)), self.max_depth
+                )
             self._depth = depth + 1
             try:
-                for fn in plan:  # type: ignore[union-attr]
+                for fn in plan:
                     try:
                         fn(event)
                     except Exception as exc:
