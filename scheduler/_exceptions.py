@@ -44,6 +44,9 @@ class CronSyntaxError(SchedulerError, ValueError):
         self.reason = reason
         super().__init__(f"invalid cron expression {expr!r}: {field} field {token!r}: {reason}")
 
+    def __reduce__(self) -> tuple[type[CronSyntaxError], tuple[str, str, str, str]]:
+        return type(self), (self.expr, self.field, self.token, self.reason)
+
 
 class LockLostError(SchedulerError):
     """A job's lock expired or was taken by another owner while the job ran.
@@ -59,6 +62,9 @@ class LockLostError(SchedulerError):
         self.detail = detail
         super().__init__(f"lock {name!r} was lost: {detail}; another replica may run the job too")
 
+    def __reduce__(self) -> tuple[type[LockLostError], tuple[str, str]]:
+        return type(self), (self.name, self.detail)
+
 
 class JobLookupError(SchedulerError, LookupError):
     """No job is registered under the given name.
@@ -69,6 +75,9 @@ class JobLookupError(SchedulerError, LookupError):
     def __init__(self, name: str) -> None:
         self.name = name
         super().__init__(f"no job named {name!r}")
+
+    def __reduce__(self) -> tuple[type[JobLookupError], tuple[str]]:
+        return type(self), (self.name,)
 
     def __str__(self) -> str:
         # LookupError subclasses such as KeyError repr their argument; keep the sentence.
