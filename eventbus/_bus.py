@@ -306,9 +306,33 @@ class EventBus:
             return subscribe(listener)
         return subscribe
 
-    def once(self, event: type[E] | str, /, **options: Any) -> Any:
-        """Like :meth:`on` with ``once=True``."""
-        return self.on(event, once=True, **options)
+    @overload
+    def once(self, event: type[E], /, **options: Any) -> _TypedDecorator[E]: ...
+
+    @overload
+    def once(self, event: str, /, **options: Any) -> _TypedDecorator[Event]: ...
+
+    @overload
+    def once(
+        self, event: type[E], listener: Callable[[E], R], /, **options: Any
+    ) -> Callable[[E], R]: ...
+
+    @overload
+    def once(
+        self, event: str, listener: Callable[[Event], R], /, **options: Any
+    ) -> Callable[[Event], R]: ...
+
+    def once(
+        self,
+        event: type[Event] | str,
+        listener: Callable[[Any], Any] | None = None,
+        /,
+        **options: Any,
+    ) -> Any:
+        """Like :meth:`on` with ``once=True``, as a decorator or a call."""
+        if listener is None:
+            return self.on(event, once=True, **options)
+        return self.on(event, listener, once=True, **options)
 
     def off(self, event: type[Event] | str, listener: Callable[..., Any] | str, /) -> None:
         """Unsubscribe by function or by listener name; an emit already running is unaffected.
@@ -317,8 +341,9 @@ class EventBus:
         """
         pattern = self._pattern_of(event)
         for sub in self._subs:
+            # ``==``, not ``is``: a bound method is a new object at each attribute access.
             if sub.pattern == pattern and (
-                sub.name == listener if isinstance(listener, str) else sub.fn is listener
+                sub.name == listener if isinstance(listener, str) else sub.fn == listener
             ):
                 self._remove(sub)
                 return

@@ -16,6 +16,7 @@ import dataclasses
 import datetime as _dt
 import decimal
 import enum
+import sys
 import types
 import typing
 import uuid
@@ -112,10 +113,23 @@ class EventRegistry:
         return cls(**payload)
 
     def type_hints(self, cls: type[Event]) -> dict[str, Any]:
-        """Resolved field annotations, cached (postponed annotations are strings)."""
+        """Resolved field annotations, cached (postponed annotations are strings).
+
+        Each class's annotations are evaluated in its own module, skipping :class:`Event`
+        itself: ``typing.get_type_hints`` would evaluate Event's ``ClassVar`` annotations in
+        the ``eventbus`` package namespace (its public ``__module__``) and fail. An annotation
+        that cannot be resolved (a type local to a function) is not checked.
+        """
         hints = self._hints.get(cls)
         if hints is None:
-            hints = typing.get_type_hints(cls)
+            hints = {}
+            for klass in reversed(cls.__mro__):
+                if klass is Event or klass is object:
+                    continue
+                module = sys.modules.get(klass.__module__)
+                globalns = dict(vars(module)) if module is not None else {}
+                for key, value in klass.__dict__.get("__annotations__", {}).items():
+                    hints[key] = _resolve(value, globalns, dict(vars(klass)))
             self._hints[cls] = hints
         return hints
 
@@ -171,6 +185,15 @@ def check_simple_type(value: object, hint: Any) -> str | None:
     if dataclasses.is_dataclass(check):
         return f"must be {check.__name__}, got {type(value).__name__}"
     return None
+
+
+def _resolve(annotation: object, globalns: dict[str, Any], localns: dict[str, Any]) -> Any:
+    if not isinstance(annotation, str):
+        return annotation
+    try:
+        return eval(annotation, globalns, localns)
+    except Exception:
+        return Any
 
 
 def _describe(hint: Any) -> str:

@@ -1,0 +1,253 @@
+"""Subscribing: ``on`` / ``off`` / ``once`` / ``listeners``, names, and the dispatch cache."""
+
+from __future__ import annotations
+
+import pytest
+
+from eventbus import (
+    DuplicateListenerError,
+    Event,
+    EventBus,
+    ListenerLookupError,
+    UnknownEventError,
+)
+from tests.eventbus.helpers import OrderPaid, OrderShipped, Recorder, explode
+
+PAID = OrderPaid(order_id=1, user_id=7)
+
+
+def test_on_as_decorator_returns_the_function(bus: EventBus, rec: Recorder) -> None:
+    @bus.on(OrderPaid)
+    def grant(e: OrderPaid) -> None:
+        rec.calls.append(("grant", e))
+
+    bus.emit(PAID)
+    assert rec.calls == [("grant", PAID)]
+    assert callable(grant) and grant.__name__ == "grant"
+
+
+def test_on_as_call_returns_the_function(bus: EventBus, rec: Recorder) -> None:
+    fn = rec.sync("l")
+    assert bus.on("order.paid", fn) is fn
+    bus.emit(PAID)
+    assert rec.tags == ["l"]
+
+
+def test_default_name_is_module_colon_qualname(bus: EventBus) -> None:
+    bus.on(OrderPaid, explode)
+    [sub] = bus.listeners(OrderPaid)
+    assert sub.name == "tests.eventbus.helpers:explode"
+    assert bus.listener("tests.eventbus.helpers:explode") is sub
+    assert (sub.pattern, sub.is_async, sub.once) == ("order.paid", False, False)
+
+
+def test_subscribing_an_undeclared_name_is_an_error(bus: EventBus) -> None:
+    with pytest.raises(UnknownEventError, match="'order.refunded'.*subscribe with a wildcard"):
+        bus.on("order.refunded", explode)
+
+
+def test_non_callable_listener_is_refused(bus: EventBus) -> None:
+    with pytest.raises(TypeError, match="must be callable"):
+        bus.on(OrderPaid, 42)  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        pytest.param({"retries": -1}, "retries=-1", id="negative-retries"),
+        pytest.param({"timeout": 0}, "timeout=0", id="zero-timeout"),
+        pytest.param({"errors": "ignore"}, "errors='ignore'", id="unknown-policy"),
+    ],
+)
+def test_bad_options_are_refused_and_nothing_registered(
+    bus: EventBus, options: dict[str, object], match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        bus.on(OrderPaid, explode, **options)  # type: ignore[call-overload]
+    assert bus.listeners(OrderPaid) == []
+
+
+def test_off_by_function(bus: EventBus, rec: Recorder) -> None:
+    a, b = rec.sync("a"), rec.sync("b")
+    bus.on(OrderPaid, a)
+    bus.on(OrderPaid, b)
+    bus.off(OrderPaid, a)
+    bus.emit(PAID)
+    assert rec.tags == ["b"]
+    assert bus.listener("tests.eventbus.helpers:a") is None
+
+
+def test_off_by_name(bus: EventBus, rec: Recorder) -> None:
+    bus.on("order.*", rec.sync("a"), name="audit")
+    bus.off("order.*", "audit")
+    bus.emit(PAID)
+    assert rec.tags == []
+
+
+def test_off_of_a_bound_method(bus: EventBus) -> None:
+    """Regression test: ``obj.method`` is a new object at each access, so ``is`` never matched."""
+
+    class Billing:
+        def grant(self, e: OrderPaid) -> None:
+            raise AssertionError("unsubscribed")
+
+    billing = Billing()
+    bus.on(OrderPaid, billing.grant)
+    bus.off(OrderPaid, billing.grant)
+    bus.emit(PAID)
+    assert bus.listeners(OrderPaid) == []
+
+
+def test_off_of_an_unknown_listener_names_it(bus: EventBus) -> None:
+    bus.on(OrderPaid, explode)
+    with pytest.raises(ListenerLookupError, match="no listener 'nobody' is subscribed to"):
+        bus.off(OrderPaid, "nobody")
+    with pytest.raises(ListenerLookupError, match="helpers:explode.*'order.shipped'"):
+        bus.off(OrderShipped, explode)  # subscribed, but to another event
+    assert len(bus.listeners(OrderPaid)) == 1
+
+
+def test_once_runs_a_single_time_and_frees_its_name(bus: EventBus, rec: Recorder) -> None:
+    fn = rec.sync("first")
+    bus.once(OrderPaid)(fn)
+    bus.emit(PAID)
+    bus.emit(PAID)
+    assert rec.tags == ["first"]
+    assert bus.listeners(OrderPaid) == []
+    bus.on(OrderPaid, fn)  # the name is free again
+
+
+def test_once_as_call(bus: EventBus, rec: Recorder) -> None:
+    """Regression test: ``once`` took no listener argument, unlike ``on``."""
+    fn = rec.sync("first")
+    assert bus.once(OrderPaid, fn) is fn
+    bus.emit(PAID)
+    bus.emit(PAID)
+    assert rec.tags == ["first"]
+
+
+def test_on_with_once_true(bus: EventBus, rec: Recorder) -> None:
+    bus.on("order.*", rec.sync("w"), once=True)
+    bus.emit(PAID)
+    bus.emit(OrderShipped(order_id=1))
+    assert rec.tags == ["w"]
+
+
+async def test_once_in_emit_async(bus: EventBus, rec: Recorder) -> None:
+    bus.once(OrderPaid, rec.async_("first"))
+    [out] = await bus.emit_async(PAID)
+    assert out.value == "first"
+    assert await bus.emit_async(PAID) == []
+    assert rec.tags == ["first"]
+
+
+def test_listeners_in_subscription_order_across_exact_and_wildcards(bus: EventBus) -> None:
+    def l1(e: Event) -> None: ...
+    def l2(e: Event) -> None: ...
+    def l3(e: Event) -> None: ...
+    def l4(e: Event) -> None: ...
+    def l5(e: Event) -> None: ...
+
+    bus.on("**", l1)
+    bus.on(OrderPaid, l2)
+    bus.on("order.shipped", l3)
+    bus.on("*.paid", l4)
+    bus.on("order.*", l5)
+    assert [s.fn for s in bus.listeners(OrderPaid)] == [l1, l2, l4, l5]
+    assert [s.fn for s in bus.listeners("order.shipped")] == [l1, l3, l5]
+
+
+def test_listeners_of_an_undeclared_name_is_an_error(bus: EventBus) -> None:
+    with pytest.raises(UnknownEventError):
+        bus.listeners("nope.x")
+
+
+def test_duplicate_name_is_refused_and_registers_nothing(bus: EventBus) -> None:
+    bus.on(OrderPaid, explode)
+    with pytest.raises(DuplicateListenerError, match="'tests.eventbus.helpers:explode'") as info:
+        bus.on(OrderShipped, explode)
+    assert isinstance(info.value, ValueError)
+    assert bus.listeners(OrderShipped) == []
+    assert bus.statistics().listeners == 1
+
+
+def test_explicit_duplicate_name_is_refused_for_different_functions(bus: EventBus) -> None:
+    bus.on(OrderPaid, lambda e: None, name="audit")
+    with pytest.raises(DuplicateListenerError, match="'audit'"):
+        bus.on("order.*", lambda e: None, name="audit")
+    assert [s.name for s in bus.listeners(OrderPaid)] == ["audit"]
+
+
+def test_name_allows_a_second_subscription_of_the_same_function(
+    bus: EventBus, rec: Recorder
+) -> None:
+    fn = rec.sync("l")
+    bus.on(OrderPaid, fn)
+    bus.on(OrderPaid, fn, name="again")
+    bus.emit(PAID)
+    assert rec.tags == ["l", "l"]
+    bus.off(OrderPaid, "again")
+    bus.emit(PAID)
+    assert rec.tags == ["l", "l", "l"]
+
+
+def test_bound_methods_of_two_instances_need_names(bus: EventBus) -> None:
+    class Counter:
+        def __init__(self) -> None:
+            self.n = 0
+
+        def bump(self, e: OrderPaid) -> None:
+            self.n += 1
+
+    a, b = Counter(), Counter()
+    bus.on(OrderPaid, a.bump)
+    with pytest.raises(DuplicateListenerError):
+        bus.on(OrderPaid, b.bump)
+    bus.on(OrderPaid, b.bump, name="b.bump")
+    bus.emit(PAID)
+    assert (a.n, b.n) == (1, 1)
+
+
+def test_dispatch_cache_sees_subscribe_and_unsubscribe(bus: EventBus, rec: Recorder) -> None:
+    a, b = rec.sync("a"), rec.sync("b")
+    bus.on(OrderPaid, a)
+    bus.emit(PAID)  # builds and caches the plan
+    bus.on("order.*", b)
+    bus.emit(PAID)
+    bus.off(OrderPaid, a)
+    bus.emit(PAID)
+    bus.off("order.*", b)
+    bus.emit(PAID)
+    assert rec.tags == ["a", "a", "b", "b"]
+
+
+async def test_dispatch_cache_is_shared_by_emit_and_emit_async(
+    bus: EventBus, rec: Recorder
+) -> None:
+    bus.on(OrderPaid, rec.sync("a"))
+    await bus.emit_async(PAID)
+    bus.emit(PAID)
+    bus.on(OrderPaid, rec.sync("b"))
+    await bus.emit_async(PAID)
+    bus.off(OrderPaid, "tests.eventbus.helpers:a")
+    bus.emit(PAID)
+    assert rec.tags == ["a", "a", "a", "b", "b"]
+
+
+def test_sync_listener_with_timeout_is_refused_at_subscription(bus: EventBus) -> None:
+    with pytest.raises(ValueError, match="timeout= applies to async listeners only"):
+        bus.on(OrderPaid, explode, timeout=1)
+    assert bus.listeners(OrderPaid) == []
+
+
+def test_statistics_and_repr(bus: EventBus) -> None:
+    bus.on(OrderPaid, explode)
+    stats = bus.statistics()
+    assert (stats.listeners, stats.running, stats.queued, stats.dropped, stats.failures) == (
+        1,
+        False,
+        0,
+        0,
+        0,
+    )
+    assert "listeners=1" in repr(bus) and "errors='capture'" in repr(bus)
