@@ -1,0 +1,151 @@
+"""Redis counter store: pending counts shared by every replica, staged by an atomic script.
+
+Key layout for counter ``c`` under prefix ``p`` (default ``cnt``)::
+
+    p:c:seen:{item}:{viewer}      "1", PX = dedupe window     (SET NX PX)
+    p:c:pending:{bucket}          hash item -> count          (HINCRBY)
+    p:c:staging:{flush_id}:{b}    a pending hash, renamed     (RENAME inside STAGE)
+    p:c:staged                    set of staged flush ids     (SADD inside STAGE)
+
+Retries: give this store a client built by :func:`connect` (or configured the same way), with
+no automatic retries. ``STAGE`` is idempotent by design (a second run with the same flush id
+is a no-op), so a caller may retry it; ``RECORD`` is not (a retried batch of viewer-less hits
+would count twice), so a lost reply makes ingestion at-most-once for that batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from ..abc import Hit
+from . import bucket_of
+
+__all__ = ["RedisCounterStore", "connect"]
+
+# Counts a batch of hits: dedupe each (item, viewer) with SET NX PX, aggregate per item, then
+# one HINCRBY per item. ARGV: key prefix, ttl ms, then (item, viewer or "", bucket) triples.
+_RECORD = """
+local p, ttl = ARGV[1], ARGV[2]
+local agg, where, fresh = {}, {}, 0
+for i = 3, #ARGV, 3 do
+  local item, viewer = ARGV[i], ARGV[i + 1]
+  if viewer == '' or redis.call('SET', p .. 'seen:' .. item .. ':' .. viewer, '1', 'NX', 'PX', ttl)
+  then
+    agg[item] = (agg[item] or 0) + 1
+    where[item] = ARGV[i + 2]
+    fresh = fresh + 1
+  end
+end
+for item, n in pairs(agg) do
+  redis.call('HINCRBY', p .. 'pending:' .. where[item], item, n)
+end
+return fresh
+"""
+
+# Moves every pending bucket to staging keys of one flush id and records the id, atomically.
+# A second run with the same id returns -1 and changes nothing: safe to retry.
+_STAGE = """
+local p, fid, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+if redis.call('SISMEMBER', KEYS[1], fid) == 1 then return -1 end
+local staged = 0
+for b = 0, n - 1 do
+  local src = p .. 'pending:' .. b
+  if redis.call('EXISTS', src) == 1 then
+    redis.call('RENAME', src, p .. 'staging:' .. fid .. ':' .. b)
+    staged = staged + 1
+  end
+end
+if staged > 0 then redis.call('SADD', KEYS[1], fid) end
+return staged
+"""
+
+_DROP = """
+local p, fid, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+for b = 0, n - 1 do redis.call('DEL', p .. 'staging:' .. fid .. ':' .. b) end
+return redis.call('SREM', KEYS[1], fid)
+"""
+
+
+def connect(url: str, *, socket_timeout: float = 5.0) -> Redis:
+    """A client configured for counters: explicit timeouts and **no automatic retries**.
+
+    redis-py 8 retries a command up to 10 times after a timeout by default, which would run a
+    non-idempotent script (``RECORD``) again after a lost reply. The caller owns the client.
+    """
+    return Redis.from_url(
+        url,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=socket_timeout,
+        retry=Retry(NoBackoff(), 0),
+        retry_on_error=[],
+        decode_responses=True,
+    )
+
+
+class RedisCounterStore:
+    """Counts in Redis, shared by every replica; one primary (the scripts touch several keys).
+
+    :param redis: a client with ``decode_responses=True`` (see :func:`connect`); never closed
+        by this store
+    :param buckets: pending shards per counter, keeping each hash small for HGETALL/RENAME
+    :param prefix: key prefix
+    """
+
+    def __init__(self, redis: Redis, *, buckets: int = 16, prefix: str = "cnt") -> None:
+        if buckets < 1:
+            raise ValueError(f"buckets={buckets!r} must be >= 1")
+        self.redis = redis
+        self.buckets = buckets
+        self.prefix = prefix
+        self._record = redis.register_script(_RECORD)
+        self._stage = redis.register_script(_STAGE)
+        self._drop = redis.register_script(_DROP)
+
+    def __repr__(self) -> str:
+        return f"RedisCounterStore(buckets={self.buckets}, prefix={self.prefix!r})"
+
+    def _p(self, counter: str) -> str:
+        return f"{self.prefix}:{counter}:"
+
+    async def record(self, counter: str, hits: Sequence[Hit], *, dedupe_ttl: float) -> int:
+        if not hits:
+            return 0
+        n = self.buckets
+        args: list[Any] = [self._p(counter), max(1, int(dedupe_ttl * 1000))]
+        for item, viewer in hits:
+            args += (item, viewer or "", bucket_of(item, n))
+        return int(await self._record(args=args))
+
+    async def stage(self, counter: str, flush_id: str) -> int:
+        p = self._p(counter)
+        staged = int(await self._stage(keys=[p + "staged"], args=[p, flush_id, self.buckets]))
+        return max(staged, 0)
+
+    async def staged(self, counter: str) -> list[str]:
+        members = await self.redis.smembers(self._p(counter) + "staged")
+        return sorted(m if isinstance(m, str) else m.decode() for m in members)
+
+    async def read_staged(self, counter: str, flush_id: str) -> dict[str, int]:
+        p = self._p(counter)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for b in range(self.buckets):
+                pipe.hgetall(f"{p}staging:{flush_id}:{b}")
+            shards: list[dict[str, str]] = await pipe.execute()
+        return {item: int(v) for shard in shards for item, v in shard.items()}
+
+    async def drop_staged(self, counter: str, flush_id: str) -> None:
+        p = self._p(counter)
+        await self._drop(keys=[p + "staged"], args=[p, flush_id, self.buckets])
+
+    async def pending(self, counter: str) -> dict[str, int]:
+        p = self._p(counter)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for b in range(self.buckets):
+                pipe.hgetall(f"{p}pending:{b}")
+            shards: list[dict[str, str]] = await pipe.execute()
+        return {item: int(v) for shard in shards for item, v in shard.items()}

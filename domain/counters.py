@@ -1,0 +1,225 @@
+"""Counters: hits go to a pending store, a flush moves them to SQL as deltas, exactly once.
+
+The flush protocol (the same for every :class:`~domain.abc.CounterStore`):
+
+1. **stage** — one atomic step moves the pending hashes to staging keys named by a fresh flush
+   id and lists that id as staged. New hits go to fresh pending hashes meanwhile.
+2. **apply** — for every staged id (this one and any left over by an earlier flush that
+   died), one SQL transaction inserts the id into ``flush_ledger`` *and* adds the staged
+   deltas (``col = col + delta``). If the id is already in the ledger (primary key), the
+   transaction applies nothing.
+3. **drop** — delete the staging keys and the id from the staged set.
+
+Guarantee: with a store that keeps its data (memory within the process; Redis without data
+loss), every counted hit reaches SQL **exactly once**. A crash or lost reply before step 1
+completes leaves the counts pending; between 1 and 2, the staged id is applied by the next
+flush; between 2 and 3, the ledger row makes the next flush drop it without applying it.
+Two flushes running together are safe too: the ledger's primary key lets only one apply a
+given id. Ingestion itself (``record``) is at-most-once: a batch whose reply is lost is not
+retried, so it may or may not have counted. Deltas for ids that have no SQL row are dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.lowlevel import checkpoint
+from sqlalchemy import Column, Table, bindparam, exc, insert, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from .abc import CounterStore, Hit
+from .db import flush_ledger
+
+__all__ = ["Counter", "FlushReport"]
+
+logger = logging.getLogger("domain.counters")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FlushReport:
+    """What one :meth:`Counter.flush` did."""
+
+    applied: int = 0  # staged flush ids applied to SQL by this flush
+    skipped: int = 0  # staged ids found already in the ledger (dropped, not applied again)
+    items: int = 0  # distinct ids whose count changed
+    total: int = 0  # sum of the deltas applied
+    duration: float = 0.0
+
+
+class Counter:
+    """Counts hits per item (optionally once per viewer per window) and flushes them to SQL.
+
+    :param store: where pending counts live (memory: one process; Redis: replicas)
+    :param engine: the SQL engine the counts are flushed to
+    :param name: the counter's name in the store and in ``flush_ledger``
+    :param column: the SQL column to add to (``articles.c.view_count``); its table's primary key
+        column identifies the item
+    :param dedupe_ttl: seconds during which one viewer counts once per item
+    :param window: pre-aggregate hits in process for this many seconds (``None``: send each hit
+        at once); needs ``async with counter:``, and is flushed on exit
+    :param max_batch: a buffer this full is sent at once, without waiting for the window
+    :param max_buffer: hits kept while the store is unreachable; beyond it they are dropped
+        and counted in ``lost``
+    """
+
+    def __init__(
+        self,
+        store: CounterStore,
+        engine: AsyncEngine,
+        *,
+        name: str,
+        column: Column[Any],
+        dedupe_ttl: float = 600.0,
+        window: float | None = None,
+        max_batch: int = 5_000,
+        max_buffer: int = 200_000,
+    ) -> None:
+        table = column.table
+        if not isinstance(table, Table) or len(table.primary_key.columns) != 1:
+            raise ValueError(f"column {column!r} must belong to a table with a one-column key")
+        if window is not None and window <= 0:
+            raise ValueError(f"window={window!r} must be a positive number of seconds or None")
+        self.store = store
+        self.engine = engine
+        self.name = name
+        self.column = column
+        self.dedupe_ttl = dedupe_ttl
+        self.window = window
+        self.max_batch = max_batch
+        self.max_buffer = max_buffer
+        self.lost = 0
+        self._key: Column[Any] = next(iter(table.primary_key.columns))
+        self._key_type: Callable[[str], Any] = int if self._key.type.python_type is int else str
+        self._update = (
+            update(table)
+            .where(self._key == bindparam("k"))
+            .values({column.name: column + bindparam("d")})
+        )
+        self._buffer: list[Hit] = []
+        self._full = anyio.Event()
+        self._tg: TaskGroup | None = None
+
+    def __repr__(self) -> str:
+        return f"Counter({self.name!r}, column={self.column}, window={self.window}, {self.store!r})"
+
+    # -- ingestion ------------------------------------------------------------------------------
+
+    async def hit(self, item: int | str, viewer: str | None = None) -> None:
+        """Count one hit on *item*; with *viewer*, only once per ``dedupe_ttl`` per viewer."""
+        entry = (str(item), viewer)
+        if self.window is None:
+            await self.store.record(self.name, [entry], dedupe_ttl=self.dedupe_ttl)
+            return
+        if self._tg is None:
+            raise RuntimeError(
+                f"counter {self.name!r} pre-aggregates (window={self.window}); "
+                "enter 'async with counter:' first"
+            )
+        if len(self._buffer) >= self.max_buffer:
+            self.lost += 1
+        else:
+            self._buffer.append(entry)
+            if len(self._buffer) >= self.max_batch:
+                self._full.set()
+        await checkpoint()
+
+    async def flush_buffer(self) -> int:
+        """Send the pre-aggregated hits to the store now.
+
+        :return: how many of them counted
+        """
+        batch, self._buffer = self._buffer, []
+        self._full = anyio.Event()
+        if not batch:
+            await checkpoint()
+            return 0
+        try:
+            return await self.store.record(self.name, batch, dedupe_ttl=self.dedupe_ttl)
+        except Exception:
+            self.lost += len(batch)
+            logger.exception(
+                "counter %r lost %d hits: the store did not answer", self.name, len(batch)
+            )
+            return 0
+
+    async def _run_window(self) -> None:
+        assert self.window is not None
+        while True:
+            with anyio.move_on_after(self.window):
+                await self._full.wait()
+            await self.flush_buffer()
+
+    async def __aenter__(self) -> Self:
+        if self.window is not None:
+            self._tg = anyio.create_task_group()
+            await self._tg.__aenter__()
+            self._tg.start_soon(self._run_window)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        tg, self._tg = self._tg, None
+        if tg is None:
+            return None
+        tg.cancel_scope.cancel()
+        await tg.__aexit__(exc_type, exc_val, tb)
+        with anyio.CancelScope(shield=True):
+            await self.flush_buffer()
+        return None
+
+    # -- flush to SQL ---------------------------------------------------------------------------
+
+    async def flush(self) -> FlushReport:
+        """Stage what is pending and apply every staged flush id to SQL (see module docstring).
+
+        Safe to run from several replicas at once; run it from a locked job anyway, so that
+        one replica does the work.
+        """
+        start = time.perf_counter()
+        await self.store.stage(self.name, uuid.uuid4().hex)
+        applied = skipped = items = total = 0
+        for flush_id in await self.store.staged(self.name):
+            deltas = await self.store.read_staged(self.name, flush_id)
+            if await self.apply(flush_id, deltas):
+                applied += 1
+                items += len(deltas)
+                total += sum(deltas.values())
+            else:
+                skipped += 1
+            await self.store.drop_staged(self.name, flush_id)
+        return FlushReport(applied, skipped, items, total, time.perf_counter() - start)
+
+    async def apply(self, flush_id: str, deltas: dict[str, int]) -> bool:
+        """Apply one staged flush in one transaction with its ledger row, unless already there.
+
+        :return: ``False`` if *flush_id* was already in the ledger (nothing applied)
+        """
+        row = {
+            "flush_id": flush_id,
+            "counter": self.name,
+            "items": len(deltas),
+            "total": sum(deltas.values()),
+            "applied_at": datetime.now(UTC),
+        }
+        params = [{"k": self._key_type(k), "d": d} for k, d in deltas.items() if d]
+        try:
+            async with self.engine.begin() as conn:
+                await conn.execute(insert(flush_ledger).values(row))
+                if params:
+                    await conn.execute(self._update, params)
+        except exc.IntegrityError:
+            return False
+        return True
