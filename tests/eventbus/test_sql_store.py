@@ -1,0 +1,380 @@
+"""SqlFailureStore against a real SQLite file: batching, outages, overflow, close, queries."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import anyio
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from eventbus import Event, EventBus, EventRegistry, FailureRecord, FailureStatus
+from eventbus.abc import FailureStore
+from eventbus.backends.sql import (
+    DEFAULT_DB_URL,
+    SqlFailureStore,
+    create_tables,
+    default_db_url,
+    failures_table,
+)
+
+reg = EventRegistry()
+
+
+class OrderPaid(Event, name="order.paid", registry=reg):
+    order_id: int
+
+
+class UserRegistered(Event, name="user.registered", registry=reg):
+    user_id: int
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "failures.db"
+
+
+@pytest.fixture
+def db_url(db_path: Path) -> str:
+    # A short busy timeout, so that a locked database is reported in milliseconds, not 5 s.
+    return f"sqlite+aiosqlite:///{db_path}?timeout=0.01"
+
+
+@pytest.fixture
+async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
+    eng = create_async_engine(db_url)
+    yield eng
+    await eng.dispose()
+
+
+def make_record(n: int, *, listener: str = "billing", event: str = "order.paid") -> FailureRecord:
+    at = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=n)
+    return FailureRecord(
+        id=f"rec-{n:05d}",
+        event_id=f"ev-{n:05d}",
+        event_name=event,
+        payload=f'{{"order_id": {n}}}',
+        payload_ok=True,
+        listener=listener,
+        error_type="ValueError",
+        message=f"boom {n}",
+        traceback="Traceback (most recent call last):\nValueError: boom\n",
+        first_failed_at=at,
+        last_failed_at=at,
+    )
+
+
+def table_rows(db_path: Path) -> list[tuple[str, str, str]]:
+    """Rows as another process would see them: (id, event_id, listener)."""
+    with sqlite3.connect(db_path) as conn:
+        rows = conn.execute("SELECT id, event_id, listener FROM eventbus_failures").fetchall()
+    conn.close()
+    return [tuple(r) for r in rows]
+
+
+async def wait_for_outage(store: SqlFailureStore) -> None:
+    # Polls a counter the store exposes; the store has no event for "an outage began".
+    with anyio.fail_after(5):
+        while not store.statistics().outage:  # noqa: ASYNC110
+            await anyio.sleep(0.005)
+
+
+def test_the_store_fits_the_protocol(db_url: str) -> None:
+    store = SqlFailureStore(db_url)
+    _: FailureStore = store
+    assert isinstance(store, FailureStore)
+
+
+def test_default_url_is_a_file_in_the_cwd_unless_env_says_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("EVENTBUS_DB", raising=False)
+    assert default_db_url() == DEFAULT_DB_URL == "sqlite+aiosqlite:///eventbus.db"
+    monkeypatch.setenv("EVENTBUS_DB", "sqlite+aiosqlite:///elsewhere.db")
+    assert default_db_url() == "sqlite+aiosqlite:///elsewhere.db"
+
+
+async def test_repr_shows_configuration_but_never_the_password() -> None:
+    store = SqlFailureStore("postgresql+asyncpg://app:s3cret@db.example/app", batch_size=10)
+    text = repr(store)
+    assert "s3cret" not in text
+    assert "db.example" in text and "batch_size=10" in text and "eventbus_failures" in text
+    await store.aclose()  # never connected; disposes the engine it built
+
+
+async def test_create_tables_makes_the_table_and_its_indexes(engine: AsyncEngine) -> None:
+    await create_tables(engine)
+    await create_tables(engine)  # idempotent
+    async with engine.connect() as conn:
+        names = await conn.run_sync(lambda c: sa.inspect(c).get_table_names())
+        indexes = await conn.run_sync(
+            lambda c: {i["name"] for i in sa.inspect(c).get_indexes("eventbus_failures")}
+        )
+    assert names == ["eventbus_failures"]
+    assert {
+        "ix_eventbus_failures_status_seq",
+        "ix_eventbus_failures_event_seq",
+        "ix_eventbus_failures_listener_seq",
+    } <= indexes
+
+
+async def test_every_field_round_trips_and_timestamps_come_back_aware_utc(
+    engine: AsyncEngine,
+) -> None:
+    plus2 = timezone(timedelta(hours=2))
+    rec = make_record(1).replace(
+        first_failed_at=datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=plus2),
+        last_failed_at=datetime(2026, 5, 1, 13, 0, tzinfo=plus2),
+        resolved_at=datetime(2026, 5, 1, 14, 0, tzinfo=plus2),
+        status=FailureStatus.RESOLVED,
+        attempts=3,
+        payload_ok=False,
+        note="a note",
+    )
+    async with SqlFailureStore(engine) as store:
+        store.record(rec)
+        [back] = await store.query()
+    assert back == rec  # aware datetimes compare as instants
+    assert back.first_failed_at.tzinfo is UTC
+    assert back.first_failed_at == datetime(2026, 5, 1, 10, 0, 0, 123456, tzinfo=UTC)
+    assert back.status is FailureStatus.RESOLVED
+
+
+async def test_flush_without_start_writes_directly(engine: AsyncEngine, db_path: Path) -> None:
+    store = SqlFailureStore(engine, batch_size=7)
+    for n in range(20):
+        store.record(make_record(n))
+    with anyio.fail_after(5):
+        await store.flush()
+    assert len(table_rows(db_path)) == 20
+    assert store.statistics().written == 20
+    await store.aclose()
+
+
+async def test_concurrent_emits_record_every_failure_once_and_only_once(
+    db_url: str, db_path: Path
+) -> None:
+    bus = EventBus(reg, SqlFailureStore(db_url, batch_size=50), queue_size=10_000)
+
+    @bus.on(OrderPaid, name="sync_boom")
+    def sync_boom(e: OrderPaid) -> None:
+        raise ValueError("sync")
+
+    @bus.on("order.*", name="async_boom")
+    async def async_boom(e: Event) -> None:
+        await anyio.lowlevel.checkpoint()
+        raise RuntimeError("async")
+
+    @bus.on(OrderPaid, name="fine")
+    async def fine(e: OrderPaid) -> None:
+        await anyio.lowlevel.checkpoint()
+
+    async def publisher(task: int) -> None:
+        for i in range(5):
+            bus.emit(OrderPaid(order_id=task * 100 + i))
+            await bus.emit_async(OrderPaid(order_id=task * 100 + i))
+
+    with anyio.fail_after(20):
+        async with bus:
+            async with anyio.create_task_group() as tg:
+                for task in range(40):
+                    tg.start_soon(publisher, task)
+    rows = table_rows(db_path)
+    emissions = 40 * 5 * 2
+    assert len(rows) == emissions * 2  # two failing listeners per emission
+    assert len({r[0] for r in rows}) == len(rows)  # no duplicated record
+    assert len({(r[1], r[2]) for r in rows}) == len(rows)  # once per (emission, listener)
+    assert {r[2] for r in rows} == {"sync_boom", "async_boom"}
+
+
+async def test_close_flushes_everything_accepted_before_close(db_url: str, db_path: Path) -> None:
+    store = SqlFailureStore(db_url, batch_size=10)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await store.start(tg)
+            for n in range(95):
+                store.record(make_record(n))
+            await store.aclose()
+    assert len(table_rows(db_path)) == 95
+
+
+async def test_locked_database_during_a_burst_loses_nothing(
+    db_url: str, db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = SqlFailureStore(db_url, batch_size=25, retry_backoff=0.01, max_backoff=0.02)
+    bus = EventBus(reg, store)
+
+    @bus.on(OrderPaid, name="boom")
+    def boom(e: OrderPaid) -> None:
+        raise ValueError("boom")
+
+    caplog.set_level(logging.WARNING, logger="eventbus.failures")
+    with anyio.fail_after(10):
+        async with bus:
+            bus.emit(OrderPaid(order_id=0))
+            await store.flush()  # the table exists before the lock is taken
+            blocker = sqlite3.connect(db_path, isolation_level=None)
+            try:
+                blocker.execute("BEGIN EXCLUSIVE")
+                for n in range(1, 301):
+                    bus.emit(OrderPaid(order_id=n))  # returns at once: the buffer takes it
+                await wait_for_outage(store)
+                assert len(table_rows(db_path)) == 1  # nothing got past the lock
+                assert store.statistics().buffered == 300
+            finally:
+                blocker.execute("ROLLBACK")
+                blocker.close()
+            await store.flush()
+            assert not store.statistics().outage
+    rows = table_rows(db_path)
+    assert len(rows) == 301 and len({r[1] for r in rows}) == 301
+    warnings = [r for r in caplog.records if "cannot write" in r.getMessage()]
+    assert len(warnings) == 1  # once per outage, not once per attempt
+    assert any("available again" in r.getMessage() for r in caplog.records)
+
+
+async def test_bus_starts_and_records_while_the_database_is_unreachable(tmp_path: Path) -> None:
+    missing_dir = tmp_path / "not-yet"
+    store = SqlFailureStore(
+        f"sqlite+aiosqlite:///{missing_dir / 'f.db'}", retry_backoff=0.01, max_backoff=0.02
+    )
+    bus = EventBus(reg, store)
+
+    @bus.on(OrderPaid, name="boom")
+    def boom(e: OrderPaid) -> None:
+        raise ValueError("boom")
+
+    with anyio.fail_after(10):
+        async with bus:
+            for n in range(10):
+                bus.emit(OrderPaid(order_id=n))
+            await wait_for_outage(store)
+            missing_dir.mkdir()  # the database becomes reachable
+            records = await store.query(limit=None)
+    assert sorted(r.payload for r in records) == sorted(f'{{"order_id": {n}}}' for n in range(10))
+    assert len(table_rows(missing_dir / "f.db")) == 10
+
+
+async def test_a_full_buffer_logs_each_refused_record_at_error_and_counts_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = SqlFailureStore(f"sqlite+aiosqlite:///{tmp_path / 'f.db'}", buffer_size=3)
+    for n in range(5):
+        store.record(make_record(n))
+    assert store.statistics().overflowed == 2 and store.statistics().buffered == 3
+    refused = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert [("rec-00003" in r.getMessage(), "boom 3" in r.getMessage()) for r in refused[:1]] == [
+        (True, True)
+    ]
+    assert "rec-00004" in refused[1].getMessage()
+    with anyio.fail_after(5):
+        await store.aclose()
+    assert [r[0] for r in table_rows(tmp_path / "f.db")] == ["rec-00000", "rec-00001", "rec-00002"]
+
+
+async def test_close_gives_up_after_close_timeout_and_logs_what_it_could_not_write(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = SqlFailureStore(
+        f"sqlite+aiosqlite:///{tmp_path / 'missing' / 'f.db'}",
+        retry_backoff=0.01,
+        max_backoff=0.01,
+        close_timeout=0.05,
+    )
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await store.start(tg)
+            store.record(make_record(1))
+            await wait_for_outage(store)
+            await store.aclose()
+    assert store.statistics().lost == 1
+    [lost] = [r for r in caplog.records if "NOT stored" in r.getMessage()]
+    assert lost.levelno == logging.ERROR and "rec-00001" in lost.getMessage()
+
+
+async def test_one_row_the_database_refuses_does_not_hold_back_the_batch(
+    engine: AsyncEngine, db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    bad = make_record(2).replace(message=None)  # NOT NULL violation
+    async with SqlFailureStore(engine) as store:
+        for rec in (make_record(1), bad, make_record(3)):
+            store.record(rec)
+        with anyio.fail_after(5):
+            await store.flush()
+        assert store.statistics().rejected == 1
+    assert sorted(r[0] for r in table_rows(db_path)) == ["rec-00001", "rec-00003"]
+    assert any("rec-00002" in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
+
+
+async def test_queries_filter_and_return_newest_first(engine: AsyncEngine) -> None:
+    async with SqlFailureStore(engine) as store:
+        for n in range(6):
+            store.record(
+                make_record(
+                    n,
+                    listener="billing" if n % 2 else "audit",
+                    event="order.paid" if n < 4 else "user.registered",
+                )
+            )
+        assert [r.id for r in await store.query()] == [f"rec-0000{n}" for n in (5, 4, 3, 2, 1, 0)]
+        assert [r.id for r in await store.query(listener="audit")] == [
+            "rec-00004",
+            "rec-00002",
+            "rec-00000",
+        ]
+        assert [r.id for r in await store.query(event="user.registered")] == [
+            "rec-00005",
+            "rec-00004",
+        ]
+        since = datetime(2026, 1, 1, 0, 3, tzinfo=UTC)
+        assert len(await store.query(since=since)) == 3
+        assert len(await store.query(since=since.astimezone(timezone(timedelta(hours=-7))))) == 3
+        assert len(await store.query(limit=2)) == 2
+
+        rec = await store.get("rec-00001")
+        assert rec is not None and rec.message == "boom 1"
+        assert await store.get("nope") is None
+        await store.update(rec.replace(status=FailureStatus.DEAD, attempts=5))
+        assert [r.id for r in await store.query(status=FailureStatus.DEAD)] == ["rec-00001"]
+        with pytest.raises(KeyError):
+            await store.update(make_record(99))
+
+        assert await store.purge(status=FailureStatus.DEAD) == 1
+        assert await store.purge(before=since) == 2  # rec 0 and 2 (rec 1 is gone)
+        assert [r.id for r in await store.query()] == ["rec-00005", "rec-00004", "rec-00003"]
+        assert await store.purge() == 3
+
+
+async def test_a_given_engine_is_left_open_and_a_built_one_is_disposed(
+    engine: AsyncEngine, db_url: str
+) -> None:
+    assert isinstance(engine.pool, sa.pool.QueuePool)
+    given = SqlFailureStore(engine)
+    given.record(make_record(1))
+    await given.aclose()
+    assert engine.pool.checkedin() == 1  # its pooled connection is still there
+
+    built = SqlFailureStore(db_url)
+    built.record(make_record(2))
+    await built.flush()
+    pool = built.engine.pool
+    assert isinstance(pool, sa.pool.QueuePool) and pool.checkedin() == 1
+    await built.aclose()
+    assert pool.checkedin() == 0  # its connections were closed by dispose()
+
+
+def test_failures_table_has_the_record_fields() -> None:
+    assert set(failures_table.c.keys()) == {
+        "seq",
+        *FailureRecord.__dataclass_fields__,
+    }
