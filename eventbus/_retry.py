@@ -1,22 +1,79 @@
-"""Re-running recorded failures (filled in by the failure-table work)."""
+"""Re-running recorded failures: rehydrate the payload, call the listener by its stable name.
+
+A row that cannot be retried (its listener is gone, its event type is no longer declared,
+its payload was not encodable or no longer fits) stays ``pending`` with the reason in its
+``note``, and is reported as skipped: an operator can fix the code and retry again.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+import logging
+import traceback
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Literal
+
+from ._codec import decode_payload
+from ._exceptions import PayloadError, UnknownEventError
+from ._failures import FailureRecord, FailureStatus, _qualified_type
+from ._patterns import matches
 
 if TYPE_CHECKING:
     from ._bus import EventBus
 
-__all__ = ["RetryReport", "retry_failures"]
+__all__ = ["RetryItem", "RetryReport", "retry_failures"]
+
+logger = logging.getLogger("eventbus.retry")
+
+RetryResult = Literal["resolved", "failed", "dead", "skipped"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RetryItem:
+    """What happened to one failure row in a retry run."""
+
+    failure_id: str
+    event_name: str
+    listener: str
+    result: RetryResult
+    attempts: int
+    reason: str | None = None  #: why it failed again or was skipped
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RetryReport:
-    resolved: int = 0
-    failed: int = 0
-    dead: int = 0
-    skipped: int = 0
+    """The outcome of :meth:`EventBus.retry_failures`, one :class:`RetryItem` per row tried."""
+
+    items: tuple[RetryItem, ...] = ()
+
+    def _count(self, result: RetryResult) -> int:
+        return sum(1 for i in self.items if i.result == result)
+
+    @property
+    def resolved(self) -> int:
+        """Rows whose listener succeeded; now ``resolved``."""
+        return self._count("resolved")
+
+    @property
+    def failed(self) -> int:
+        """Rows whose listener failed again; still ``pending``, one attempt more."""
+        return self._count("failed")
+
+    @property
+    def dead(self) -> int:
+        """Rows that failed again and reached ``max_attempts``; now ``dead``."""
+        return self._count("dead")
+
+    @property
+    def skipped(self) -> int:
+        """Rows that could not be retried; still ``pending``, with the reason in ``note``."""
+        return self._count("skipped")
+
+    def __str__(self) -> str:
+        return (
+            f"{len(self.items)} retried: {self.resolved} resolved, {self.failed} failed again, "
+            f"{self.dead} dead, {self.skipped} skipped"
+        )
 
 
 async def retry_failures(
@@ -27,4 +84,91 @@ async def retry_failures(
     limit: int | None = None,
     max_attempts: int = 5,
 ) -> RetryReport:
-    raise NotImplementedError("retry_failures is being written")
+    """Retry the pending failures in ``bus.failures``, oldest first, one call each.
+
+    Each row's payload is rebuilt through ``bus.registry`` and handed to the listener that
+    ``bus.listener(name)`` finds; the call honours the listener's ``timeout=`` but not its
+    ``retries=``, and records no new failure row: the row itself is updated.
+
+    :param event: only rows of this event name
+    :param listener: only rows of this listener name
+    :param limit: at most this many rows (the newest ones, tried oldest first)
+    :param max_attempts: a row that has failed this many times becomes ``dead``
+    """
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts={max_attempts!r} must be >= 1")
+    rows = await bus.failures.query(
+        status=FailureStatus.PENDING, event=event, listener=listener, limit=limit
+    )
+    items: list[RetryItem] = []
+    for rec in reversed(rows):
+        item = await _retry_one(bus, rec, max_attempts)
+        items.append(item)
+        log = logger.info if item.result == "resolved" else logger.warning
+        log(
+            "retry of %s (%r for %r): %s%s",
+            rec.id,
+            rec.listener,
+            rec.event_name,
+            item.result,
+            f": {item.reason}" if item.reason else "",
+        )
+    return RetryReport(tuple(items))
+
+
+async def _retry_one(bus: EventBus, rec: FailureRecord, max_attempts: int) -> RetryItem:
+    reason = _why_not_retryable(bus, rec)
+    if reason is None:
+        try:
+            event = decode_payload(bus.registry, rec.event_name, rec.payload)
+        except UnknownEventError:
+            reason = f"event type {rec.event_name!r} is no longer declared in the bus's registry"
+        except PayloadError as exc:
+            reason = f"stored payload no longer fits the event type: {exc}"
+    if reason is not None:
+        await bus.failures.update(rec.replace(note=f"not retried: {reason}"))
+        return RetryItem(rec.id, rec.event_name, rec.listener, "skipped", rec.attempts, reason)
+
+    sub = bus.listener(rec.listener)
+    assert sub is not None  # checked by _why_not_retryable
+    outcome = await bus.call_listener(sub, event)
+    now = datetime.now(UTC)
+    attempts = rec.attempts + 1
+    if outcome.error is None:
+        await bus.failures.update(
+            rec.replace(
+                status=FailureStatus.RESOLVED,
+                attempts=attempts,
+                resolved_at=now,
+                note="resolved by retry",
+            )
+        )
+        return RetryItem(rec.id, rec.event_name, rec.listener, "resolved", attempts)
+    err = outcome.error
+    dead = attempts >= max_attempts
+    await bus.failures.update(
+        rec.replace(
+            status=FailureStatus.DEAD if dead else FailureStatus.PENDING,
+            attempts=attempts,
+            last_failed_at=now,
+            error_type=_qualified_type(err),
+            message=str(err),
+            traceback="".join(traceback.format_exception(err)),
+            note=f"dead after {attempts} attempts (max_attempts={max_attempts})" if dead else None,
+        )
+    )
+    reason = f"{_qualified_type(err)}: {err}"
+    return RetryItem(
+        rec.id, rec.event_name, rec.listener, "dead" if dead else "failed", attempts, reason
+    )
+
+
+def _why_not_retryable(bus: EventBus, rec: FailureRecord) -> str | None:
+    if not rec.payload_ok:
+        return "its payload could not be encoded when the failure was recorded (see payload)"
+    sub = bus.listener(rec.listener)
+    if sub is None:
+        return f"no listener named {rec.listener!r} is subscribed on this bus"
+    if not matches(sub.pattern, rec.event_name):
+        return f"listener {rec.listener!r} is subscribed to {sub.pattern!r}, not {rec.event_name!r}"
+    return None
