@@ -1,0 +1,84 @@
+"""Errors of the domain modules; each message names the culprit and says what to do instead.
+
+::
+
+    DomainError
+     ├── InvalidUrlError (ValueError)          target URL refused by create()
+     ├── InvalidAliasError (ValueError)        alias of the wrong length or characters
+     │    └── ReservedAliasError               alias on the reserved list
+     ├── AliasTakenError (ValueError)          alias (or code) already in use
+     ├── CodeSpaceExhaustedError (RuntimeError) the fallback found no free code
+     ├── ScheduleTimeError (ValueError)        publication time in the past or too soon
+     └── ArticleNotFoundError (LookupError)    no article with that id
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+__all__ = [
+    "AliasTakenError",
+    "ArticleNotFoundError",
+    "CodeSpaceExhaustedError",
+    "DomainError",
+    "InvalidAliasError",
+    "InvalidUrlError",
+    "ReservedAliasError",
+    "ScheduleTimeError",
+]
+
+
+class DomainError(Exception):
+    """Base class of every error raised by the domain modules."""
+
+
+class InvalidUrlError(DomainError, ValueError):
+    def __init__(self, url: str, reason: str) -> None:
+        shown = url if len(url) <= 80 else url[:77] + "..."
+        super().__init__(f"target URL {shown!r} is refused: {reason}")
+        self.url = url
+        self.reason = reason
+
+
+class InvalidAliasError(DomainError, ValueError):
+    def __init__(self, alias: str, reason: str) -> None:
+        super().__init__(f"alias {alias!r} is invalid: {reason}")
+        self.alias = alias
+        self.reason = reason
+
+
+class ReservedAliasError(InvalidAliasError):
+    def __init__(self, alias: str) -> None:
+        super().__init__(alias, "it is a reserved word (a route of the site); choose another")
+
+
+class AliasTakenError(DomainError, ValueError):
+    def __init__(self, alias: str) -> None:
+        super().__init__(f"alias {alias!r} is already taken; choose another or omit alias=")
+        self.alias = alias
+
+
+class CodeSpaceExhaustedError(DomainError, RuntimeError):
+    def __init__(self, attempts: int) -> None:
+        super().__init__(
+            f"no free short code after {attempts} attempts with an empty pool; "
+            "refill the pool (ShortLinks.refill) or raise its watermark"
+        )
+        self.attempts = attempts
+
+
+class ScheduleTimeError(DomainError, ValueError):
+    def __init__(self, at: datetime, now: datetime, min_lead: timedelta) -> None:
+        when = "in the past" if at <= now else f"less than {min_lead} ahead"
+        super().__init__(
+            f"publication time {at.isoformat()!r} is {when} (now {now.isoformat()!r}); "
+            f"schedule at least {min_lead} ahead, or publish now"
+        )
+        self.at = at
+        self.now = now
+
+
+class ArticleNotFoundError(DomainError, LookupError):
+    def __init__(self, article_id: int) -> None:
+        super().__init__(f"no article with id {article_id!r}; create it before scheduling it")
+        self.article_id = article_id

@@ -1,0 +1,229 @@
+"""Short links: codes, URL and alias rules, the pool and its races, expiry, counted clicks."""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from domain._shortlink_rules import ALPHABET, new_code, validate_url
+from domain.abc import CounterStore
+from domain.db import short_links, shortlink_pool
+from domain.events import catalog
+from domain.exceptions import (
+    AliasTakenError,
+    CodeSpaceExhaustedError,
+    InvalidAliasError,
+    InvalidUrlError,
+    ReservedAliasError,
+)
+from domain.shortlinks import ShortLinks
+from eventbus import EventBus
+
+T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def test_codes_are_six_base62_characters_drawn_without_bias() -> None:
+    codes = [new_code() for _ in range(10_000)]
+    assert all(len(c) == 6 and set(c) <= set(ALPHABET) for c in codes)
+    counts = collections.Counter("".join(codes))
+    expected = 60_000 / 62  # ~968; "byte % 62" would give the first 8 chars ~25% more
+    assert set(counts) == set(ALPHABET)
+    assert max(counts.values()) < expected * 1.15
+    assert min(counts.values()) > expected * 0.85
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        pytest.param("https://example.com", id="https"),
+        pytest.param("http://example.com:8080/a?b=c#d", id="http-port-query"),
+        pytest.param("HTTPS://Example.COM/Path", id="upper-scheme"),
+        pytest.param("https://[::1]/x", id="ipv6"),
+    ],
+)
+def test_accepted_urls(url: str) -> None:
+    assert validate_url(url) == url
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        pytest.param("javascript:alert(1)", "scheme 'javascript'", id="javascript"),
+        pytest.param("JavaScript:alert(1)", "scheme 'javascript'", id="javascript-case"),
+        pytest.param("data:text/html,<b>x</b>", "scheme 'data'", id="data"),
+        pytest.param("ftp://example.com/f", "scheme 'ftp'", id="ftp"),
+        pytest.param("/relative/path", "relative", id="relative"),
+        pytest.param("//example.com/x", "relative", id="scheme-relative"),
+        pytest.param("example.com", "relative", id="bare-host"),
+        pytest.param("https://", "no host", id="no-host"),
+        pytest.param("https://exa mple.com", "whitespace", id="space"),
+        pytest.param("https://example.com/\n", "whitespace", id="newline"),
+        pytest.param("https://example.com:99999/", "does not parse", id="bad-port"),
+        pytest.param("", "empty", id="empty"),
+        pytest.param("https://e.com/" + "a" * 2100, "over 2048", id="overlong"),
+    ],
+)
+def test_refused_urls_name_the_reason(url: str, reason: str) -> None:
+    with pytest.raises(InvalidUrlError, match=reason):
+        validate_url(url)
+
+
+async def test_create_refuses_bad_url_before_touching_the_pool(engine: AsyncEngine) -> None:
+    links = ShortLinks(engine)
+    await links.refill(watermark=3)
+    with pytest.raises(InvalidUrlError, match="javascript"):
+        await links.create("javascript:alert(document.cookie)")
+    assert await links.idle_codes() == 3
+
+
+async def test_refill_reaches_watermark_and_skips_duplicate_codes(engine: AsyncEngine) -> None:
+    links = ShortLinks(engine, batch=4)
+    await links.create("https://example.com", alias="dupe01")
+    script = iter(["aaaaaa", "aaaaaa", "dupe01", "bbbbbb"] + [f"c{i:05d}" for i in range(100)])
+    links.code_factory = lambda: next(script)
+    with anyio.fail_after(10):
+        added = await links.refill(watermark=6)
+    assert added == 6
+    async with engine.connect() as conn:
+        codes = (await conn.execute(select(shortlink_pool.c.code))).scalars().all()
+    # batch 1 keeps 2 of 4 (a duplicate in the batch, one of the alias), batch 2 tops up
+    assert sorted(codes) == ["aaaaaa", "bbbbbb", "c00000", "c00001", "c00002", "c00003", "dupe01"]
+    assert await links.refill(watermark=6) == 0  # already at the watermark
+
+
+async def test_refill_gives_up_after_bounded_rounds_of_duplicates(
+    engine: AsyncEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    links = ShortLinks(engine, code_factory=lambda: "zzzzzz")
+    with caplog.at_level(logging.WARNING, "domain.shortlinks"), anyio.fail_after(10):
+        assert await links.refill(watermark=5, max_rounds=3) == 1
+    assert "too many duplicate codes" in caplog.text
+
+
+async def test_50_creators_racing_for_10_codes_never_share_one(
+    engine: AsyncEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    links = ShortLinks(engine)
+    await links.refill(watermark=10)
+    async with engine.connect() as conn:
+        pool = set((await conn.execute(select(shortlink_pool.c.code))).scalars())
+    made = []
+
+    async def creator(i: int) -> None:
+        made.append(await links.create(f"https://example.com/{i}"))
+
+    with caplog.at_level(logging.WARNING, "domain.shortlinks"), anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            for i in range(50):
+                tg.start_soon(creator, i)
+    codes = [link.code for link in made]
+    assert len(codes) == len(set(codes)) == 50
+    from_pool = {link.code for link in made if link.source == "pool"}
+    assert from_pool == pool  # all 10 idle codes handed out, each once
+    assert sum(link.source == "fallback" for link in made) == 40
+    assert "pool is empty" in caplog.text
+    async with engine.connect() as conn:
+        urls = dict((await conn.execute(select(short_links.c.code, short_links.c.url))).all())
+    assert all(urls[link.code] == link.url for link in made)
+
+
+async def test_fallback_retries_on_a_taken_code_then_gives_up(engine: AsyncEngine) -> None:
+    links = ShortLinks(engine, fallback_attempts=3)
+    taken = await links.create("https://example.com/1")  # pool empty: a fallback code
+    script: Iterator[str] = iter([taken.code, taken.code, "fresh1"])
+    links.code_factory = lambda: next(script)
+    second = await links.create("https://example.com/2")
+    assert (second.code, second.source) == ("fresh1", "fallback")
+    links.code_factory = lambda: "fresh1"
+    with pytest.raises(CodeSpaceExhaustedError, match="after 3 attempts"):
+        await links.create("https://example.com/3")
+
+
+@pytest.mark.parametrize(
+    ("alias", "error", "match"),
+    [
+        pytest.param("ab", InvalidAliasError, "2 characters", id="too-short"),
+        pytest.param("a" * 33, InvalidAliasError, "33 characters", id="too-long"),
+        pytest.param("my link", InvalidAliasError, "letters, digits", id="space"),
+        pytest.param("-lead", InvalidAliasError, "starting with", id="leading-dash"),
+        pytest.param("café", InvalidAliasError, "letters, digits", id="non-ascii"),
+        pytest.param("admin", ReservedAliasError, "reserved", id="admin"),
+        pytest.param("API", ReservedAliasError, "reserved", id="api-upper"),
+        pytest.param("health", ReservedAliasError, "reserved", id="health"),
+        pytest.param("custom", ReservedAliasError, "reserved", id="configured"),
+    ],
+)
+async def test_invalid_and_reserved_aliases(
+    engine: AsyncEngine, alias: str, error: type[Exception], match: str
+) -> None:
+    links = ShortLinks(engine, reserved={"api", "admin", "health", "static", "login", "custom"})
+    with pytest.raises(error, match=match):
+        await links.create("https://example.com", alias=alias)
+    async with engine.connect() as conn:
+        assert await conn.scalar(select(func.count()).select_from(short_links)) == 0
+
+
+async def test_taken_alias_is_refused(engine: AsyncEngine) -> None:
+    links = ShortLinks(engine)
+    first = await links.create("https://example.com/a", alias="summer-sale")
+    assert (first.code, first.source) == ("summer-sale", "alias")
+    with pytest.raises(AliasTakenError, match="'summer-sale' is already taken"):
+        await links.create("https://example.com/b", alias="summer-sale")
+    assert (await links.resolve("summer-sale")).url == "https://example.com/a"
+
+
+async def test_resolve_unknown_and_expired_codes(engine: AsyncEngine) -> None:
+    clock = Clock()
+    links = ShortLinks(engine, clock=clock)
+    link = await links.create("https://example.com", expires_at=T0 + timedelta(hours=1))
+    hit = await links.resolve(link.code)
+    assert (hit.found, hit.status, hit.url) == (True, 302, "https://example.com")
+    missing = await links.resolve("nope42")
+    assert (missing.status, missing.reason) == (404, "unknown")
+    clock.now = T0 + timedelta(hours=1)
+    expired = await links.resolve(link.code)
+    assert (expired.status, expired.reason) == (404, "expired")
+    async with engine.connect() as conn:  # expiry is a field: the row is still there
+        assert await conn.scalar(select(func.count()).select_from(short_links)) == 1
+
+
+async def test_visits_emit_and_clicks_are_flushed_to_sql(
+    engine: AsyncEngine, store: CounterStore
+) -> None:
+    bus = EventBus(registry=catalog)
+    links = ShortLinks(engine, bus=bus, clicks=store)
+    links.attach(bus)
+    seen: list[str] = []
+    bus.on("shortlink.visited", lambda e: seen.append(e.code))  # type: ignore[attr-defined]
+    with anyio.fail_after(10):
+        async with bus:
+            a = await links.create("https://example.com/a")
+            b = await links.create("https://example.com/b", alias="bee")
+            for _ in range(3):
+                await links.resolve(a.code)
+            await links.resolve(b.code)
+            await links.resolve("unknown")  # a miss emits nothing
+        report = await links.flush_clicks()
+    assert seen == [a.code] * 3 + [b.code]
+    assert report.total == 4
+    assert await links.clicks_of(a.code, b.code) == {a.code: 3, b.code: 1}
