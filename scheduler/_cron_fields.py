@@ -63,15 +63,16 @@ class _Spec:
     lo: int
     hi: int
     names: dict[str, int] | None
+    top: int  # where '*' and 'a/n' end: 6 for day-of-week, whose 7 is only an alias
 
 
 _SPECS = (
-    _Spec("second", 0, 59, None),
-    _Spec("minute", 0, 59, None),
-    _Spec("hour", 0, 23, None),
-    _Spec("day-of-month", 1, 31, None),
-    _Spec("month", 1, 12, _MONTHS),
-    _Spec("day-of-week", 0, 7, _WEEKDAYS),
+    _Spec("second", 0, 59, None, 59),
+    _Spec("minute", 0, 59, None, 59),
+    _Spec("hour", 0, 23, None, 23),
+    _Spec("day-of-month", 1, 31, None, 31),
+    _Spec("month", 1, 12, _MONTHS, 12),
+    _Spec("day-of-week", 0, 7, _WEEKDAYS, 6),
 )
 
 
@@ -129,14 +130,14 @@ class _FieldParser:
             step = int(step_text)
             if step == 0:
                 raise self.error(item, "step 0 never advances; use a step of at least 1")
-            if step > spec.hi - spec.lo:
+            if step > spec.top - spec.lo:
                 raise self.error(
                     item,
                     f"step {step} is larger than the {spec.name} field's range "
-                    f"{spec.lo}-{spec.hi}; use at most {spec.hi - spec.lo}",
+                    f"{spec.lo}-{spec.top}; use at most {spec.top - spec.lo}",
                 )
         if base == "*":
-            return range(spec.lo, spec.hi + 1, step)
+            return range(spec.lo, spec.top + 1, step)
         if not base:
             raise self.error(item, "missing value before '/'; write e.g. '*/5' or '0/5'")
         first, dash, last = base.partition("-")
@@ -146,7 +147,7 @@ class _FieldParser:
             raise self.error(item, "'*' cannot start a range; write a number or '*' alone")
         lo = self.value(item, first, end=False)
         if not dash:
-            return range(lo, (spec.hi if slash else lo) + 1, step)
+            return range(lo, (max(lo, spec.top) if slash else lo) + 1, step)
         if not last:
             raise self.error(item, "missing end of range after '-'")
         hi = self.value(item, last, end=True)

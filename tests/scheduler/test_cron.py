@@ -132,6 +132,18 @@ AFTER = "2024-01-01T00:00:00"  # a Monday
             id="dow-names-case",
         ),
         pytest.param(
+            "0 0 0 * * 1/2",
+            AFTER,
+            ["2024-01-03", "2024-01-05", "2024-01-08"],
+            id="dow-start-step-stops-at-6",
+        ),
+        pytest.param(
+            "0 0 0 * * 1-7/2",
+            AFTER,
+            ["2024-01-03", "2024-01-05", "2024-01-07"],
+            id="dow-explicit-range-to-7",
+        ),
+        pytest.param(
             "0 0 0 * * */2",
             AFTER,
             ["2024-01-02", "2024-01-04", "2024-01-06", "2024-01-07"],
@@ -332,4 +344,5 @@ def test_other_exceptions() -> None:
 def test_public_api() -> None:
     assert scheduler.__all__ == sorted(scheduler.__all__)
     for name in scheduler.__all__:
-        assert getattr(scheduler, name).__module__ == "scheduler", name
+        # Public modules (scheduler.backends.local) keep their path; private ones are hidden.
+        assert not getattr(scheduler, name).__module__.startswith("scheduler._"), name

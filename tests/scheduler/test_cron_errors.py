@@ -52,6 +52,7 @@ from scheduler import CronExpression, CronSyntaxError, validate_cron
         pytest.param("*/60 * * * * *", "second", "*/60", "use at most 59", id="step-too-big"),
         pytest.param("0 0 */24 * * *", "hour", "*/24", "use at most 23", id="hour-step-too-big"),
         pytest.param("0 0 0 1 */12 *", "month", "*/12", "use at most 11", id="month-step-too-big"),
+        pytest.param("0 0 0 * * */7", "day-of-week", "*/7", "use at most 6", id="dow-step-too-big"),
         pytest.param("*/ * * * * *", "second", "*/", "missing step", id="step-missing"),
         pytest.param("*/x * * * * *", "second", "*/x", "not a number", id="step-not-a-number"),
         pytest.param("/5 * * * * *", "second", "/5", "missing value before '/'", id="step-no-base"),
