@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, overload
 
 import anyio
+from anyio.abc import TaskGroup
 from anyio.lowlevel import checkpoint
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
@@ -101,10 +102,12 @@ class _FastPlan(tuple[Callable[[Any], Any], ...]):
     """Plain callables for the hot path: all sync, capture policy, no once, no retries.
 
     ``subs`` maps a failing position back to its subscription, so a failure is recorded under
-    the right name even if the listener was removed while the emit ran.
+    the right name even if the listener was removed while the emit ran. ``plan`` is the full
+    plan it was made from, kept so that ``emit_async()`` does not rebuild it on every call.
     """
 
     subs: tuple[Listener, ...]
+    plan: _Plan
 
 
 class _Plan:
@@ -176,6 +179,7 @@ class EventBus:
         self._stack: AsyncExitStack | None = None
         self._workers_done: anyio.Event | None = None
         self._worker_scope: anyio.CancelScope | None = None
+        self._tg: TaskGroup | None = None
         self._dropped = 0
         self._failure_count = 0
 
@@ -409,6 +413,7 @@ class EventBus:
         if fast:
             result = _FastPlan(fns)
             result.subs = plan.listeners
+            result.plan = plan
         self._plans[cls] = result
         return result
 
@@ -703,6 +708,7 @@ class EventBus:
         await stack.__aenter__()
         try:
             tg = await stack.enter_async_context(anyio.create_task_group())
+            self._tg = tg
             await self.failures.start(tg)
             send, recv = anyio.create_memory_object_stream[_Job](max_buffer_size=self.queue_size)
             self._send = send
@@ -723,9 +729,11 @@ class EventBus:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool | None:
+    ) -> None:
         stack, self._stack = self._stack, None
-        assert stack is not None and self._send is not None and self._workers_done is not None
+        tg, self._tg = self._tg, None
+        assert stack is not None and tg is not None
+        assert self._send is not None and self._workers_done is not None
         self._running = False
         self._closing = True
         try:
@@ -739,12 +747,13 @@ class EventBus:
                     await self._workers_done.wait()
                 self._record_unfinished()
                 await self.failures.aclose()
-        except BaseException as err:
+        finally:
             self._closing, self._send = False, None
-            await stack.__aexit__(type(err), err, err.__traceback__)
-            raise
-        self._closing, self._send = False, None
-        return await stack.__aexit__(exc_type, exc, tb)
+            # The body's exception (or cancellation) is not handed to the task group, which
+            # would wrap it in an ExceptionGroup: it propagates as raised. What still runs in
+            # the group after the drain and the store's close is ours, and is cancelled.
+            tg.cancel_scope.cancel()
+            await stack.__aexit__(None, None, None)
 
     async def aclose(self) -> None:
         """Leave the running state as ``async with`` would, draining with the grace period."""
@@ -754,11 +763,10 @@ class EventBus:
     async def _run_workers(self, recv: MemoryObjectReceiveStream[_Job]) -> None:
         assert self._worker_scope is not None and self._workers_done is not None
         try:
-            with self._worker_scope:
+            with recv, self._worker_scope:  # closed even when shutdown cancels the workers
                 async with anyio.create_task_group() as tg:
                     for _ in range(self.workers):
                         tg.start_soon(self._worker, recv.clone())
-                recv.close()
         finally:
             self._workers_done.set()
 

@@ -137,9 +137,12 @@ class ListenerShutdownError(EventBusError):
     def __init__(self, listener: str, grace: float, started: bool) -> None:
         self.listener = listener
         self.started = started
-        state = "was cancelled" if started else "never started"
+        self.grace = grace
+        state = (
+            "was still running, and was cancelled," if started else "never started: still queued"
+        )
         super().__init__(
-            f"shutdown: listener {listener!r} {state} within the grace period ({grace:g}s)"
+            f"shutdown: listener {listener!r} {state} when the grace period ({grace:g}s) ended"
         )
 
 

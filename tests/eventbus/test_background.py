@@ -1,0 +1,199 @@
+"""Background work: the bounded queue, and the drain when leaving ``async with bus:``."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+import trio.testing
+
+from eventbus import Event, EventBus, FailureRecord, MemoryFailureStore
+from tests.eventbus.helpers import OrderPaid, OrderShipped, Recorder, reg
+
+PAID = OrderPaid(order_id=1, user_id=7)
+
+
+@pytest.fixture(params=["asyncio", "trio-virtual"])
+def anyio_backend(request: pytest.FixtureRequest) -> object:
+    """asyncio on tiny real limits; trio on a virtual clock that jumps whenever all tasks wait."""
+    if request.param == "asyncio":
+        return "asyncio"
+    return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
+
+
+@pytest.fixture
+def grace(anyio_backend: object) -> float:
+    """A shutdown grace period: the default 5 s on virtual time, 50 ms of real time else."""
+    return 0.05 if anyio_backend == "asyncio" else 5.0
+
+
+def shutdown_records(records: list[FailureRecord]) -> list[tuple[str, str, int]]:
+    """``(listener tag, state, attempts)`` of each shutdown record, oldest first."""
+    out = []
+    for r in reversed(records):
+        assert r.error_type == "eventbus.ListenerShutdownError"
+        state = (
+            "cancelled" if "was still running, and was cancelled" in r.message else "never started"
+        )
+        out.append((r.listener.rsplit(":", 1)[-1], state, r.attempts))
+    return out
+
+
+async def test_full_queue_drops_without_blocking_and_records_each_drop(
+    store: MemoryFailureStore,
+) -> None:
+    started, release = anyio.Event(), anyio.Event()
+    calls: list[int] = []
+
+    async def blocked(e: OrderPaid) -> None:
+        calls.append(e.order_id)
+        started.set()
+        await release.wait()
+
+    bus = EventBus(reg, store, queue_size=1, workers=1)
+    bus.on(OrderPaid, blocked)
+    async with bus:
+        with anyio.fail_after(3):
+            await anyio.wait_all_tasks_blocked()  # the worker waits on the queue
+            bus.emit(OrderPaid(order_id=1, user_id=0))  # taken by the worker
+            await started.wait()
+        bus.emit(OrderPaid(order_id=2, user_id=0))  # queued
+        bus.emit(OrderPaid(order_id=3, user_id=0))  # dropped
+        bus.emit(OrderPaid(order_id=4, user_id=0))  # dropped
+        stats = bus.statistics()
+        assert (stats.queued, stats.in_flight, stats.dropped, stats.failures) == (1, 1, 2, 2)
+        drops = await store.query()
+        assert [r.error_type for r in drops] == ["eventbus.ListenerDroppedError"] * 2
+        assert all(r.message.startswith("dropped: queue full") for r in drops)
+        assert all(r.attempts == 0 for r in drops)
+        assert sorted(decode_order_id(r) for r in drops) == [3, 4]
+        release.set()
+    assert calls == [1, 2]
+    assert bus.statistics().dropped == 2
+    assert len(await store.query()) == 2  # the queued call ran: nothing else recorded
+
+
+def decode_order_id(record: FailureRecord) -> int:
+    import json
+
+    value: int = json.loads(record.payload)["order_id"]
+    return value
+
+
+async def test_shutdown_cancels_and_records_what_did_not_finish(
+    store: MemoryFailureStore, grace: float, rec: Recorder
+) -> None:
+    started = anyio.Event()
+
+    async def stuck(e: Event) -> None:
+        started.set()
+        await anyio.Event().wait()
+
+    bus = EventBus(reg, store, workers=1, shutdown_grace=grace)
+    bus.on(OrderPaid, stuck)
+    bus.on(OrderPaid, rec.async_("queued"))
+    async with bus:
+        bus.emit(PAID)  # stuck runs on the only worker; "queued" waits behind it
+        bus.emit(PAID)
+        with anyio.fail_after(3):
+            await started.wait()
+        start = anyio.current_time()
+    took = anyio.current_time() - start
+    assert rec.calls == []
+    assert shutdown_records(await store.query()) == [
+        ("test_shutdown_cancels_and_records_what_did_not_finish.<locals>.stuck", "cancelled", 1),
+        ("queued", "never started", 0),
+        (
+            "test_shutdown_cancels_and_records_what_did_not_finish.<locals>.stuck",
+            "never started",
+            0,
+        ),
+        ("queued", "never started", 0),
+    ]
+    assert took >= grace
+    stats = bus.statistics()
+    assert (stats.running, stats.queued, stats.in_flight, stats.failures) == (False, 0, 0, 4)
+
+
+async def test_listener_finishing_within_grace_is_not_recorded(
+    store: MemoryFailureStore, grace: float, rec: Recorder
+) -> None:
+    async def brief(e: Event) -> None:
+        await anyio.sleep(grace / 10)
+        rec.calls.append(("brief", e))
+
+    bus = EventBus(reg, store, workers=2, shutdown_grace=grace)
+    bus.on(OrderPaid, brief)
+    bus.on(OrderPaid, rec.async_("quick"))
+    async with bus:
+        bus.emit(PAID)
+    assert sorted(rec.tags) == ["brief", "quick"]
+    assert await store.query() == []
+
+
+async def test_emit_during_the_drain_is_recorded_as_dropped(
+    store: MemoryFailureStore, grace: float, rec: Recorder
+) -> None:
+    async def relay(e: OrderPaid) -> None:
+        await anyio.sleep(grace / 10)  # runs on while the bus drains
+        bus.emit(OrderShipped(order_id=e.order_id))
+
+    bus = EventBus(reg, store, shutdown_grace=grace)
+    bus.on(OrderPaid, relay)
+    bus.on(OrderShipped, rec.async_("shipper"))
+    async with bus:
+        bus.emit(PAID)
+    assert rec.calls == []
+    [r] = await store.query()
+    assert (r.event_name, r.error_type, r.listener) == (
+        "order.shipped",
+        "eventbus.ListenerDroppedError",
+        "tests.eventbus.helpers:shipper",
+    )
+    assert r.message.startswith("dropped: the bus is shutting down")
+
+
+async def test_publisher_cancelling_the_block_propagates_and_loses_nothing(
+    store: MemoryFailureStore, rec: Recorder
+) -> None:
+    started = anyio.Event()
+
+    async def stuck(e: Event) -> None:
+        started.set()
+        await anyio.Event().wait()
+
+    bus = EventBus(reg, store, workers=1)
+    bus.on(OrderPaid, stuck)
+    with anyio.CancelScope() as scope:
+        async with bus:
+            bus.emit(PAID)
+            bus.emit(PAID)
+            with anyio.fail_after(3):
+                await started.wait()
+            scope.cancel()
+            await anyio.sleep_forever()
+    assert scope.cancelled_caught  # the publisher's cancellation propagated
+    assert not bus.running
+    states = [state for _, state, _ in shutdown_records(await store.query())]
+    assert states == ["cancelled", "never started"]
+
+
+async def test_an_error_in_the_block_propagates_after_the_drain(
+    store: MemoryFailureStore, rec: Recorder
+) -> None:
+    bus = EventBus(reg, store)
+    bus.on(OrderPaid, rec.async_("a"))
+    with pytest.raises(LookupError, match="from the body"):
+        async with bus:
+            bus.emit(PAID)
+            raise LookupError("from the body")
+    assert rec.tags == ["a"]
+    assert not bus.running
+
+
+async def test_aclose_stops_like_leaving_the_block(store: MemoryFailureStore) -> None:
+    bus = EventBus(reg, store)
+    await bus.__aenter__()
+    assert bus.running
+    await bus.aclose()
+    assert not bus.running
+    await bus.aclose()  # idempotent
