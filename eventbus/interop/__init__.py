@@ -1,0 +1,6 @@
+"""Bridges between the bus and other event libraries; each lives in its own public module.
+
+* :mod:`eventbus.interop.pyee`: ``bridge_from_pyee``, ``bridge_to_pyee`` and ``as_pyee``.
+"""
+
+from __future__ import annotations

@@ -1,0 +1,430 @@
+"""Interop with pyee, so code written against pyee can move to the bus one module at a time.
+
+* :func:`bridge_from_pyee` forwards what an existing pyee emitter emits into typed bus events;
+* :func:`bridge_to_pyee` forwards bus events to a pyee emitter, for listeners not yet moved;
+* :func:`as_pyee` gives the bus pyee's call shapes (``on``, ``once``, ``emit``,
+  ``remove_listener``, ``listeners``) for publishers and subscribers being moved.
+
+Where the facade differs from pyee, on purpose:
+
+* **Errors are captured, not emitted.** A failing listener becomes a
+  :class:`~eventbus.FailureRecord` (logged, stored, passed to ``on_failure``), the other
+  listeners still run and ``emit`` returns normally; pyee's ``EventEmitter`` raises into the
+  publisher and ``AsyncIOEventEmitter`` emits ``error``. There is no ``error`` (nor
+  ``new_listener``) event: subscribing to or emitting one raises
+  :class:`UnsupportedPyeeEventError`, which says where to look instead.
+* **Names are declared.** ``emit`` takes a declared dotted name and builds the typed event
+  from keyword arguments, from one mapping, or takes the event itself; anything else is a
+  :class:`~eventbus.PayloadError`. Listeners receive the event (``call="kwargs"`` spreads its
+  fields as keyword arguments instead).
+* **Wildcards work**: ``on("order.*", f)`` matches; ``listeners(name)`` therefore also lists
+  wildcard listeners that match, in the order an emit calls them.
+* **Async listeners are the bus's**: ``emit`` queues them for the bus's workers (the bus must
+  be running); pyee's plain ``EventEmitter`` would call them and drop the coroutine.
+* ``remove_listener`` of an unknown pair raises :class:`~eventbus.ListenerLookupError` (a
+  ``LookupError``, as pyee's ``KeyError`` is). The bus, unlike pyee, is not thread-safe: emit
+  from the event loop's thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, Literal, Self, TypeVar, cast, overload
+
+from pyee import EventEmitter
+
+from .._bus import EventBus
+from .._events import Event
+from .._exceptions import EventBusError, ListenerLookupError, PayloadError, UnknownEventError
+from .._listeners import default_listener_name, is_async_callable
+
+__all__ = [
+    "PyeeBridge",
+    "PyeeFacade",
+    "UnmappedEventError",
+    "UnsupportedPyeeEventError",
+    "as_pyee",
+    "bridge_from_pyee",
+    "bridge_to_pyee",
+]
+
+CallShape = Literal["event", "kwargs"]
+H = TypeVar("H", bound=Callable[..., Any])
+Converter = type[Event] | Callable[..., Event]
+
+# pyee emits these itself; they are never forwarded, mapped or rejected.
+_PYEE_SPECIAL = frozenset({"error", "new_listener"})
+
+
+class UnmappedEventError(EventBusError, LookupError):
+    """A bridged pyee emitter emitted a name that ``mapping`` does not cover."""
+
+    def __init__(self, name: str, mapped: list[str]) -> None:
+        self.name = name
+        super().__init__(
+            f"pyee event {name!r} has no mapping to a bus event (mapped: "
+            f"{', '.join(map(repr, mapped)) or 'none'}); add it to mapping=, "
+            "or bridge with unmapped='ignore'"
+        )
+
+
+class UnsupportedPyeeEventError(EventBusError, ValueError):
+    """pyee's own ``error`` and ``new_listener`` events have no bus equivalent."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        instead = (
+            "a failing listener is captured as a FailureRecord: read bus.failures, or pass "
+            "EventBus(on_failure=...) to be called with each one"
+            if name == "error"
+            else "inspect bus.listeners(...) instead"
+        )
+        super().__init__(f"pyee's {name!r} event has no equivalent on the bus; {instead}")
+
+
+class PyeeBridge:
+    """A live bridge between a pyee emitter and a bus; :meth:`detach` (or ``with``) ends it."""
+
+    def __init__(self, description: str, undo: list[Callable[[], None]]) -> None:
+        self._description = description
+        self._undo = undo
+
+    def __repr__(self) -> str:
+        state = "attached" if self.attached else "detached"
+        return f"<PyeeBridge {self._description} ({state})>"
+
+    @property
+    def attached(self) -> bool:
+        return bool(self._undo)
+
+    def detach(self) -> None:
+        """Stop forwarding; calling it again does nothing."""
+        undo, self._undo = self._undo, []
+        for step in reversed(undo):
+            step()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.detach()
+
+
+def bridge_from_pyee(
+    emitter: EventEmitter,
+    bus: EventBus,
+    mapping: Mapping[str, Converter],
+    *,
+    unmapped: Literal["ignore", "reject"] = "ignore",
+) -> PyeeBridge:
+    """Forward events emitted on a pyee emitter into typed events on *bus* (with ``bus.emit``).
+
+    Each mapped name gets one pyee listener, so forwarding happens in pyee's listener order and
+    the emitter's own listeners keep working. A mapped value is either an event type, built
+    from the pyee call's keyword arguments or single mapping argument (validated like
+    ``bus.emit(name, payload)``) or passed through if it is already that event; or a function
+    of the pyee call's arguments returning the event.
+
+    Errors follow pyee's rules for its listeners, since the bridge is one: a bad payload, or a
+    bus listener's error under ``errors="propagate"``, raises into the pyee publisher
+    (``EventEmitter``) or is emitted as ``error`` (``AsyncIOEventEmitter``). Under the default
+    ``capture`` policy the publisher never sees a bus listener fail.
+
+    :param mapping: pyee event name -> event type or converter
+    :param unmapped: ``"ignore"`` other names, or ``"reject"`` them: ``emitter.emit`` of a
+        name not in *mapping* then raises :class:`UnmappedEventError` before any listener runs
+        (pyee's own ``error`` and ``new_listener`` pass)
+    :raises UnknownEventError: if a mapped event type is not declared in the bus's registry
+    """
+    if unmapped not in ("ignore", "reject"):
+        raise ValueError(f"unmapped={unmapped!r} must be 'ignore' or 'reject'")
+    converters = {name: _converter(bus, name, conv) for name, conv in mapping.items()}
+    undo: list[Callable[[], None]] = []
+    for name, convert in converters.items():
+        handler = functools.partial(_forward, bus, convert)
+        emitter.add_listener(name, handler)
+        undo.append(functools.partial(_remove, emitter, name, handler))
+    if unmapped == "reject":
+        undo.append(_guard_emit(emitter, sorted(converters)))
+    return PyeeBridge(f"{type(emitter).__name__} -> {sorted(converters)}", undo)
+
+
+def _converter(bus: EventBus, name: str, conv: Converter) -> Callable[..., Event]:
+    if name in _PYEE_SPECIAL:
+        raise UnsupportedPyeeEventError(name)
+    if isinstance(conv, type) and issubclass(conv, Event):
+        cls = conv
+        if not cls.__event_name__ or cls not in bus.registry:
+            raise UnknownEventError(
+                cls.__event_name__ or cls.__qualname__,
+                f"mapping[{name!r}] must be declared in the bus's registry",
+            )
+        return functools.partial(_build, bus, name, cls)
+    if not callable(conv):
+        raise TypeError(
+            f"mapping[{name!r}] must be an Event type or a function returning an event, "
+            f"got {conv!r}"
+        )
+    return functools.partial(_checked, name, cast(Callable[..., Event], conv))
+
+
+def _build(bus: EventBus, pyee_name: str, cls: type[Event], *args: Any, **kwargs: Any) -> Event:
+    if not args:
+        return bus.registry.build(cls.__event_name__, kwargs)
+    if len(args) == 1 and not kwargs:
+        (arg,) = args
+        if isinstance(arg, cls):
+            return arg
+        if isinstance(arg, Mapping):
+            return bus.registry.build(cls.__event_name__, arg)
+    raise PayloadError(
+        cls.__event_name__,
+        f"pyee event {pyee_name!r} was emitted with {len(args)} positional argument(s) "
+        f"and {len(kwargs)} keyword argument(s); an event type in mapping= takes keyword "
+        "arguments, one mapping or the event itself: map it with a function instead",
+    )
+
+
+def _checked(pyee_name: str, conv: Callable[..., Event], *args: Any, **kwargs: Any) -> Event:
+    event = conv(*args, **kwargs)
+    if not isinstance(event, Event):
+        raise PayloadError(
+            pyee_name,
+            f"mapping[{pyee_name!r}] returned {type(event).__name__}, not an Event instance",
+        )
+    return event
+
+
+def _forward(bus: EventBus, convert: Callable[..., Event], *args: Any, **kwargs: Any) -> None:
+    bus.emit(convert(*args, **kwargs))
+
+
+def _remove(emitter: EventEmitter, name: str, handler: Callable[..., Any]) -> None:
+    try:
+        emitter.remove_listener(name, handler)
+    except KeyError:
+        pass  # already removed (remove_all_listeners)
+
+
+def _guard_emit(emitter: EventEmitter, mapped: list[str]) -> Callable[[], None]:
+    """Shadow ``emitter.emit`` with a check; return the step that takes it away again."""
+    original = emitter.emit
+    active = True
+    allowed = frozenset(mapped) | _PYEE_SPECIAL
+
+    def emit(event: str, *args: Any, **kwargs: Any) -> bool:
+        if active and event not in allowed:
+            raise UnmappedEventError(event, mapped)
+        return original(event, *args, **kwargs)
+
+    setattr(emitter, "emit", emit)  # noqa: B010 - an instance attribute, not a method
+
+    def undo() -> None:
+        nonlocal active
+        if vars(emitter).get("emit") is emit:
+            delattr(emitter, "emit")
+        else:  # wrapped again since: stay in place, but only pass through
+            active = False
+
+    return undo
+
+
+def bridge_to_pyee(
+    bus: EventBus,
+    emitter: EventEmitter,
+    pattern: str | type[Event] = "**",
+    *,
+    name: str | None = None,
+    call: CallShape = "event",
+) -> PyeeBridge:
+    """Forward bus events matching *pattern* to ``emitter.emit(event_name, ...)``.
+
+    The forwarder is one sync bus listener, so a pyee listener that raises (or an
+    ``AsyncIOEventEmitter`` ``error`` nobody handles) is recorded by the bus as that
+    listener's failure, and can be retried from the failure table.
+
+    :param name: the forwarder's listener name (default
+        ``eventbus.interop.pyee:to_pyee[<pattern>]``); give one per bridge on the same pattern
+    :param call: pass the event as one argument (``"event"``) or its fields as keywords
+    """
+    target = pattern if isinstance(pattern, str) else pattern.__event_name__
+    lname = name if name is not None else f"{__name__}:to_pyee[{target}]"
+    spread = _call_shape(call)
+
+    def to_pyee(event: Event) -> None:
+        if spread:
+            emitter.emit(event.event_name, **_fields(event))
+        else:
+            emitter.emit(event.event_name, event)
+
+    bus.on(target, to_pyee, name=lname)
+    return PyeeBridge(f"{target!r} -> {type(emitter).__name__}", [lambda: bus.off(target, lname)])
+
+
+def _call_shape(call: str) -> bool:
+    if call not in ("event", "kwargs"):
+        raise ValueError(f"call={call!r} must be 'event' or 'kwargs'")
+    return call == "kwargs"
+
+
+def _fields(event: Event) -> dict[str, Any]:
+    return {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
+
+
+class PyeeFacade:
+    """pyee's call shapes on top of an :class:`~eventbus.EventBus`; see the module docstring.
+
+    Each listener is subscribed under ``<module:qualname>@<event>`` (``#2``, ``#3`` appended
+    when another function already holds that name), so the same function can listen to several
+    events, as in pyee, and its failures are recorded under a stable name.
+    """
+
+    def __init__(self, bus: EventBus, *, call: CallShape = "event") -> None:
+        self.bus = bus
+        self._spread = _call_shape(call)
+        self._names: dict[tuple[str, Callable[..., Any]], str] = {}
+        self._originals: dict[Callable[..., Any], Callable[..., Any]] = {}
+
+    def __repr__(self) -> str:
+        return f"PyeeFacade({self.bus!r})"
+
+    @overload
+    def on(self, event: str | type[Event], /) -> Callable[[H], H]: ...
+    @overload
+    def on(self, event: str | type[Event], f: H, /) -> H: ...
+
+    def on(self, event: str | type[Event], f: H | None = None, /) -> H | Callable[[H], H]:
+        """Subscribe *f* (or decorate): ``@ee.on("order.paid")`` or ``ee.on("order.*", f)``."""
+        if f is None:
+            return self.listens_to(event)
+        return self.add_listener(event, f)
+
+    def listens_to(self, event: str | type[Event]) -> Callable[[H], H]:
+        def decorate(f: H) -> H:
+            return self.add_listener(event, f)
+
+        return decorate
+
+    def add_listener(self, event: str | type[Event], f: H) -> H:
+        self._subscribe(event, f, once=False)
+        return f
+
+    @overload
+    def once(self, event: str | type[Event], /) -> Callable[[H], H]: ...
+    @overload
+    def once(self, event: str | type[Event], f: H, /) -> H: ...
+
+    def once(self, event: str | type[Event], f: H | None = None, /) -> H | Callable[[H], H]:
+        """Like :meth:`on`, removed after its first call."""
+
+        def decorate(fn: H) -> H:
+            self._subscribe(event, fn, once=True)
+            return fn
+
+        return decorate if f is None else decorate(f)
+
+    def _subscribe(self, event: str | type[Event], f: Callable[..., Any], *, once: bool) -> None:
+        key = (_name_of(event), f)
+        if key[0] in _PYEE_SPECIAL:
+            raise UnsupportedPyeeEventError(key[0])
+        current = self._names.get(key)
+        if current is not None and self.bus.listener(current) is not None:
+            return  # pyee keeps one registration per (event, function)
+        base = f"{default_listener_name(f)}@{key[0]}"
+        lname, n = base, 1
+        while self.bus.listener(lname) is not None:
+            n += 1
+            lname = f"{base}#{n}"
+        fn = self._wrap(f) if self._spread else f
+        self.bus.on(key[0], fn, name=lname, once=once)
+        self._names[key] = lname
+        self._originals[fn] = f
+
+    def _wrap(self, f: Callable[..., Any]) -> Callable[[Event], Any]:
+        if is_async_callable(f):
+
+            async def spread_async(event: Event) -> Any:
+                return await f(**_fields(event))
+
+            return spread_async
+
+        def spread(event: Event) -> Any:
+            return f(**_fields(event))
+
+        return spread
+
+    def emit(self, event: str | type[Event], *args: Any, **kwargs: Any) -> bool:
+        """Emit a declared event; return whether any listener was subscribed (as pyee does).
+
+        ``emit(name, **fields)``, ``emit(name, {...})`` and ``emit(name, event)`` all work;
+        listener failures are captured by the bus, not raised (under its default policy).
+        """
+        name = _name_of(event)
+        if name in _PYEE_SPECIAL:
+            raise UnsupportedPyeeEventError(name)
+        if not args:
+            built = self.bus.registry.build(name, kwargs)
+        elif len(args) == 1 and not kwargs and isinstance(args[0], Event | Mapping):
+            arg = args[0]
+            if isinstance(arg, Event):
+                if arg.event_name != name:
+                    raise PayloadError(name, f"emit({name!r}, ...) got a {arg.event_name!r} event")
+                built = arg
+            else:
+                built = self.bus.registry.build(name, arg)
+        else:
+            raise PayloadError(
+                name,
+                f"emit() got {len(args)} positional argument(s); pass the fields as keyword "
+                "arguments, one mapping, or the event itself",
+            )
+        handled = bool(self.bus.listeners(type(built)))
+        self.bus.emit(built)
+        return handled
+
+    def remove_listener(self, event: str | type[Event], f: Callable[..., Any]) -> None:
+        """:raises ListenerLookupError: if *f* is not subscribed to *event* through this facade"""
+        name = _name_of(event)
+        lname = self._names.pop((name, f), None)
+        if lname is None:
+            raise ListenerLookupError(
+                f"{default_listener_name(f)!r} is not subscribed to {name!r} through this facade"
+            )
+        sub = self.bus.listener(lname)
+        if sub is not None:
+            self._originals.pop(sub.fn, None)
+            self.bus.off(name, lname)
+
+    def remove_all_listeners(self, event: str | type[Event] | None = None) -> None:
+        """Remove what this facade subscribed (to *event*, or everywhere); others stay."""
+        only = None if event is None else _name_of(event)
+        for name, f in [k for k in self._names if only is None or k[0] == only]:
+            self.remove_listener(name, f)
+
+    def listeners(self, event: str | type[Event]) -> list[Callable[..., Any]]:
+        """The functions an emit of *event* calls, in order, wildcard listeners included."""
+        return [self._originals.get(sub.fn, sub.fn) for sub in self.bus.listeners(event)]
+
+    def event_names(self) -> set[str]:
+        """Names and patterns this facade has listeners on."""
+        return {name for (name, _), lname in self._names.items() if self.bus.listener(lname)}
+
+
+def as_pyee(bus: EventBus, *, call: CallShape = "event") -> PyeeFacade:
+    """A :class:`PyeeFacade` over *bus*: pyee's call shapes, the bus's semantics.
+
+    :param call: how listeners are called: with the event (default) or ``**fields``
+    """
+    return PyeeFacade(bus, call=call)
+
+
+def _name_of(event: str | type[Event]) -> str:
+    return event if isinstance(event, str) else event.__event_name__
