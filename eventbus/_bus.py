@@ -466,7 +466,9 @@ class EventBus:
     def _fast_failure(
         self, event: Event, plan: _FastPlan, fn: Callable[[Any], Any], exc: Exception
     ) -> None:
-        sub = plan.subs[plan.index(fn)]  # unique: plans with a repeated function are not fast
+        # By identity: a fast plan holds no object twice, but ``tuple.index`` compares with
+        # ``==``, and equal callables (a bound method subscribed twice under two names) differ.
+        sub = next(s for s, f in zip(plan.subs, plan, strict=True) if f is fn)
         self._record(event, new_event_id(), sub.name, exc, 1)
 
     def _emit_planned(self, event: Event, plan: _Plan) -> None:

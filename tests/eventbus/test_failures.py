@@ -266,3 +266,30 @@ def test_base_exceptions_are_never_swallowed(bus: EventBus, rec: Recorder) -> No
     with pytest.raises(KeyboardInterrupt):
         bus.emit(PAID)
     assert bus.statistics().failures == 0
+
+
+async def test_failure_of_an_equal_callable_is_recorded_under_its_own_name(
+    bus: EventBus, store: MemoryFailureStore
+) -> None:
+    """Regression test: the fast path looked the failing listener up with ``==``."""
+
+    class Account:
+        def __init__(self) -> None:
+            self.fail = False
+
+        def charge(self, e: Event) -> None:
+            if self.fail:
+                raise ValueError("declined")
+
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, Account)
+
+        __hash__ = object.__hash__
+
+    ok, failing = Account(), Account()
+    failing.fail = True
+    bus.on(OrderPaid, ok.charge, name="ok")
+    bus.on(OrderPaid, failing.charge, name="failing")
+    bus.emit(PAID)
+    [r] = await store.query()
+    assert r.listener == "failing"
