@@ -5,7 +5,9 @@ The tree::
     SchedulerError
      ├── CronSyntaxError    (ValueError)   a cron expression that cannot be parsed or never fires
      ├── LockLostError                     a job's lock was gone or taken over while it ran
-     └── JobLookupError     (LookupError)  ``remove()`` or ``trigger()`` names no job
+     ├── JobLookupError     (LookupError)  ``remove()`` or ``trigger()`` names no job
+     ├── IntervalTooShortError (ValueError) a user-supplied schedule fires too often
+     └── RunCancelledError                 a run was cancelled by ``remove(name, cancel=True)``
 
 Messages are built here from data, so that raise sites pass values, not prose.
 """
@@ -14,8 +16,10 @@ from __future__ import annotations
 
 __all__ = [
     "CronSyntaxError",
+    "IntervalTooShortError",
     "JobLookupError",
     "LockLostError",
+    "RunCancelledError",
     "SchedulerError",
 ]
 
@@ -82,3 +86,42 @@ class JobLookupError(SchedulerError, LookupError):
     def __str__(self) -> str:
         # LookupError subclasses such as KeyError repr their argument; keep the sentence.
         return str(self.args[0])
+
+
+class IntervalTooShortError(SchedulerError, ValueError):
+    """A user-supplied schedule would fire more often than the scheduler allows.
+
+    :param name: the job's name
+    :param expr: the expression as given
+    :param interval: its shortest gap between fires, in seconds
+    :param minimum: the floor, in seconds (``Scheduler(min_interval=...)``)
+    """
+
+    def __init__(self, name: str, expr: str, interval: float, minimum: float) -> None:
+        self.name = name
+        self.expr = expr
+        self.interval = interval
+        self.minimum = minimum
+        super().__init__(
+            f"job {name!r}: {expr!r} fires every {interval:g}s, more often than the minimum "
+            f"of {minimum:g}s for user-supplied schedules; choose a sparser expression"
+        )
+
+    def __reduce__(self) -> tuple[type[IntervalTooShortError], tuple[str, str, float, float]]:
+        return type(self), (self.name, self.expr, self.interval, self.minimum)
+
+
+class RunCancelledError(SchedulerError):
+    """A run was cancelled on purpose while it ran (recorded as its error).
+
+    :param name: the job's name
+    :param reason: who cancelled it (``"job removed"``)
+    """
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+        super().__init__(f"run of job {name!r} was cancelled: {reason}")
+
+    def __reduce__(self) -> tuple[type[RunCancelledError], tuple[str, str]]:
+        return type(self), (self.name, self.reason)

@@ -1,0 +1,78 @@
+"""Lifecycle events the scheduler emits on the bus, declared in the default registry.
+
+A bus with its own registry gets them registered there too when the scheduler is built;
+if that registry already holds a *different* class under one of these names, the scheduler
+does not emit that event (logged once at DEBUG) rather than fail at start.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from eventbus import Event
+
+__all__ = [
+    "SCHEDULER_EVENTS",
+    "LockLost",
+    "RunFailed",
+    "RunSkipped",
+    "RunStarted",
+    "RunSucceeded",
+]
+
+
+class RunStarted(Event, name="scheduler.run.started"):
+    """A run of ``job`` began (it holds the lock, if there is one)."""
+
+    job: str
+    run_id: str
+    trigger: str
+    trace_id: str
+    scheduled_at: datetime | None
+    replica: str
+
+
+class RunSucceeded(Event, name="scheduler.run.succeeded"):
+    """A run returned normally."""
+
+    job: str
+    run_id: str
+    trace_id: str
+    duration: float
+
+
+class RunFailed(Event, name="scheduler.run.failed"):
+    """A run raised, or was cancelled by ``remove(cancel=True)`` or by losing its lock."""
+
+    job: str
+    run_id: str
+    trace_id: str
+    error: str
+
+
+class RunSkipped(Event, name="scheduler.run.skipped"):
+    """A fire did not run: ``reason`` is ``running``, ``locked``, ``claimed`` or ``missed``."""
+
+    job: str
+    run_id: str
+    trigger: str
+    scheduled_at: datetime | None
+    reason: str
+
+
+class LockLost(Event, name="scheduler.lock.lost"):
+    """Alarm: a run's lock expired or was taken while it ran; another replica may have run."""
+
+    job: str
+    run_id: str
+    trace_id: str
+    detail: str
+
+
+SCHEDULER_EVENTS: tuple[type[Event], ...] = (
+    RunStarted,
+    RunSucceeded,
+    RunFailed,
+    RunSkipped,
+    LockLost,
+)

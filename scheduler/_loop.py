@@ -1,0 +1,444 @@
+"""The scheduler: a runtime registry of jobs and one loop that fires them on time.
+
+One task keeps a heap of ``(fire_time, seq, job_name, generation)`` and sleeps until the
+earliest entry; adding or removing a job cancels that sleep so the loop looks again. Nothing
+polls, and 10,000 jobs are 10,000 heap entries, not 10,000 sleeping tasks. Replacing or
+removing a job bumps its generation, which turns its old heap entries into no-ops.
+
+The next fire is computed from the *scheduled* time, never from when a run ended, so a
+schedule does not drift. A fire missed while the process was blocked (the loop woke more
+than ``misfire_grace`` late) is not made up: it is recorded as skipped (``missed``) and the
+schedule moves to the next future fire. Fires that fell while the process was down are
+not seen at all: the first fire after a start is computed from the start time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+from anyio.abc import TaskGroup
+
+from eventbus import Event, EventBus
+
+from ._clock import SystemClock
+from ._cron import CronExpression
+from ._events import SCHEDULER_EVENTS
+from ._exceptions import IntervalTooShortError, JobLookupError
+from ._jobs import (
+    CronTrigger,
+    IntervalTrigger,
+    Job,
+    JobDefinition,
+    JobFunction,
+    TimeoutTrigger,
+)
+from ._run import RunControl, Runner, RunRecord, TriggerKind
+from .abc import Clock, JobSource, Lock, RunStore
+from .backends.local import MemoryRunStore
+
+__all__ = ["Scheduler", "SchedulerStatistics"]
+
+logger = logging.getLogger("scheduler")
+
+_Trigger = CronTrigger | IntervalTrigger | TimeoutTrigger
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStatistics:
+    """A snapshot of the scheduler's counters since it was built."""
+
+    jobs: int
+    running: int
+    started: int
+    succeeded: int
+    failed: int
+    skipped: int
+    lock_lost: int
+
+
+class Scheduler:
+    """Runs jobs on cron, interval and one-shot triggers inside the application's task group.
+
+    :param bus: where ``scheduler.run.*`` lifecycle events go (none are emitted without it)
+    :param lock: shared by replicas so that a fire runs once (``None``: no lock, one process)
+    :param runs: the run table (default: a :class:`MemoryRunStore`)
+    :param clock: the source of time (default: :class:`SystemClock`; tests pass a
+        :class:`VirtualClock`)
+    :param replica: written into each run record (default ``host:pid``)
+    :param misfire_grace: seconds a fire may be late and still run, once (default 1 s: the
+        jitter of a busy event loop); a fire later than this is skipped as ``missed``
+    :param min_interval: the floor, in seconds, for schedules given to :meth:`add_cron` and
+        loaded from a job table (user-supplied); code-defined decorators are not held to it
+    :param shutdown_grace: seconds runs in progress may take to finish on exit before they are
+        cancelled
+    :param job_source: job definitions registered on start (and again after a restart)
+    :param job_factory: builds the job function for each loaded definition
+    """
+
+    def __init__(
+        self,
+        *,
+        bus: EventBus | None = None,
+        lock: Lock | None = None,
+        runs: RunStore | None = None,
+        clock: Clock | None = None,
+        replica: str | None = None,
+        misfire_grace: float = 1.0,
+        min_interval: float = 60.0,
+        shutdown_grace: float = 10.0,
+        job_source: JobSource | None = None,
+        job_factory: Callable[[JobDefinition], JobFunction] | None = None,
+    ) -> None:
+        if (job_source is None) != (job_factory is None):
+            raise ValueError("pass job_source= and job_factory= together, or neither")
+        self.bus = bus
+        self.lock = lock
+        self.runs: RunStore = runs if runs is not None else MemoryRunStore()
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.replica = replica or f"{socket.gethostname()}:{os.getpid()}"
+        self.misfire_grace = misfire_grace
+        self.min_interval = min_interval
+        self.shutdown_grace = shutdown_grace
+        self._job_source = job_source
+        self._job_factory = job_factory
+        self._jobs: dict[str, Job] = {}
+        self._heap: list[tuple[datetime, int, str, int]] = []
+        self._seq = itertools.count()
+        self._generations = itertools.count(1)
+        self._active: dict[str, set[RunControl]] = {}
+        self._tg: TaskGroup | None = None
+        self._wake_scope: anyio.CancelScope | None = None
+        self._loop_scope = anyio.CancelScope()
+        self._quiet: anyio.Event | None = None
+        self._muted: set[type[Event]] = set()
+        self._prepare_bus()
+        self._runner = Runner(
+            lock=lock,
+            runs=self.runs,
+            clock=self.clock,
+            emit=self._emit,
+            replica=self.replica,
+            claim_ttl=max(60.0, misfire_grace * 2),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Scheduler(jobs={len(self._jobs)}, lock={self.lock!r}, runs={self.runs!r}, "
+            f"clock={self.clock!r}, replica={self.replica!r})"
+        )
+
+    # -- registry -------------------------------------------------------------------------------
+
+    def cron(
+        self, expr: str, *, name: str | None = None, tz: str = "UTC", **options: Any
+    ) -> Callable[[JobFunction], JobFunction]:
+        """Register the decorated function to fire at the times of ``expr`` in ``tz``.
+
+        Options: ``wait_for_completion=True``, ``lock_ttl=300``, ``renew=False``,
+        ``misfire_grace=None``.
+        """
+        trigger = CronTrigger(CronExpression(expr, tz))
+        return self._decorator(trigger, name, options)
+
+    def interval(
+        self, *, seconds: float, name: str | None = None, **options: Any
+    ) -> Callable[[JobFunction], JobFunction]:
+        """Register the decorated function to fire every ``seconds``, first one interval
+        after the scheduler starts."""
+        return self._decorator(IntervalTrigger(seconds), name, options)
+
+    def timeout(
+        self, *, seconds: float, name: str | None = None, **options: Any
+    ) -> Callable[[JobFunction], JobFunction]:
+        """Register the decorated function to fire once, ``seconds`` after start."""
+        return self._decorator(TimeoutTrigger(seconds), name, options)
+
+    def _decorator(
+        self, trigger: _Trigger, name: str | None, options: dict[str, Any]
+    ) -> Callable[[JobFunction], JobFunction]:
+        def register(fn: JobFunction) -> JobFunction:
+            job_name = name or f"{fn.__module__}:{fn.__qualname__}"
+            self._add(Job(name=job_name, fn=fn, trigger=trigger, **options))
+            return fn
+
+        return register
+
+    def add_cron(
+        self,
+        name: str,
+        expr: str,
+        fn: JobFunction,
+        *,
+        tz: str = "UTC",
+        min_interval: float | None = None,
+        **options: Any,
+    ) -> Job:
+        """Register (or replace) a job from a user-supplied expression, validating it first.
+
+        Nothing is registered when validation fails; a job of the same name is replaced, and
+        a run of the old one still in progress counts for ``wait_for_completion``.
+
+        :param min_interval: override the scheduler's floor for this job (seconds)
+        :raises CronSyntaxError: if ``expr`` does not parse
+        :raises IntervalTooShortError: if it fires more often than the floor
+        :raises zoneinfo.ZoneInfoNotFoundError: if ``tz`` is unknown
+        """
+        cron = CronExpression(expr, tz)
+        floor = self.min_interval if min_interval is None else min_interval
+        gap = cron.min_interval().total_seconds()
+        if gap < floor:
+            raise IntervalTooShortError(name, expr, gap, floor)
+        job = Job(name=name, fn=fn, trigger=CronTrigger(cron), **options)
+        self._add(job)
+        return job
+
+    def _add(self, job: Job) -> None:
+        job.generation = next(self._generations)
+        replaced = job.name in self._jobs
+        self._jobs[job.name] = job
+        if self._tg is not None:
+            self._schedule(job, self.clock.now())
+            self._wake()
+        logger.debug("job %r %s (%s)", job.name, "replaced" if replaced else "added", job.trigger)
+
+    def remove(self, name: str, *, cancel: bool = False) -> None:
+        """Stop the job's timer, then delete it; it never fires again.
+
+        :param cancel: also cancel its run in progress (recorded as failed,
+            ``RunCancelledError``); by default that run finishes
+        :raises JobLookupError: if no job has that name
+        """
+        job = self._jobs.pop(name, None)
+        if job is None:
+            raise JobLookupError(name)
+        job.generation = -1  # its heap entries are now stale
+        self._wake()
+        if cancel:
+            for control in self._active.get(name, ()):
+                control.cancel("job removed")
+
+    def get(self, name: str) -> Job:
+        """:raises JobLookupError: if no job has that name."""
+        try:
+            return self._jobs[name]
+        except KeyError:
+            raise JobLookupError(name) from None
+
+    def jobs(self) -> list[Job]:
+        """The registered jobs, in name order."""
+        return [self._jobs[n] for n in sorted(self._jobs)]
+
+    async def load_jobs(
+        self, source: JobSource, factory: Callable[[JobDefinition], JobFunction]
+    ) -> list[str]:
+        """Register every enabled definition from ``source`` (user-supplied: validated and held
+        to ``min_interval``); a bad definition is logged at ERROR and skipped.
+
+        :return: the names registered
+        """
+        loaded = []
+        for definition in await source.load():
+            if not definition.enabled:
+                continue
+            try:
+                self.add_cron(
+                    definition.name, definition.expr, factory(definition), tz=definition.tz
+                )
+            except Exception:
+                logger.exception("job definition %r was not loaded", definition.name)
+                continue
+            loaded.append(definition.name)
+        return loaded
+
+    # -- running now ----------------------------------------------------------------------------
+
+    async def trigger(self, name: str) -> RunRecord:
+        """Run the job now, through the same lock and code path, with trigger ``manual``.
+
+        Works whether or not the loop is running; returns the finished (or skipped) record.
+
+        :raises JobLookupError: if no job has that name
+        """
+        job = self.get(name)
+        return await self._execute(job, "manual", None)
+
+    def statistics(self) -> SchedulerStatistics:
+        c = self._runner.counters
+        return SchedulerStatistics(
+            jobs=len(self._jobs),
+            running=sum(len(s) for s in self._active.values()),
+            started=c.started,
+            succeeded=c.succeeded,
+            failed=c.failed,
+            skipped=c.skipped,
+            lock_lost=c.lock_lost,
+        )
+
+    async def _execute(
+        self, job: Job, kind: TriggerKind, scheduled_at: datetime | None
+    ) -> RunRecord:
+        base = self._runner.new_record(job.name, kind, scheduled_at)
+        active = self._active.setdefault(job.name, set())
+        if job.wait_for_completion and active:
+            return await self._runner.skip(base, "running", "the previous run is still going")
+        control = RunControl()
+        active.add(control)
+        try:
+            return await self._runner.execute(
+                base=base, fn=job.fn, lock_ttl=job.lock_ttl, renew=job.renew, control=control
+            )
+        finally:
+            active.discard(control)
+            if not active:
+                self._active.pop(job.name, None)
+                if not self._active and self._quiet is not None:
+                    self._quiet.set()
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def _schedule(self, job: Job, now: datetime) -> None:
+        first = job.trigger.first(now)
+        if first is not None:
+            self._push(first, job)
+
+    def _push(self, when: datetime, job: Job) -> None:
+        entry = (when.astimezone(UTC), next(self._seq), job.name, job.generation)
+        heapq.heappush(self._heap, entry)
+        if len(self._heap) > 2 * len(self._jobs) + 64:
+            self._heap = [e for e in self._heap if self._current(e) is not None]
+            heapq.heapify(self._heap)
+
+    def _current(self, entry: tuple[datetime, int, str, int]) -> Job | None:
+        job = self._jobs.get(entry[2])
+        return job if job is not None and job.generation == entry[3] else None
+
+    def _wake(self) -> None:
+        if self._wake_scope is not None:
+            self._wake_scope.cancel()
+
+    async def _loop(self, task_status: anyio.abc.TaskStatus[None]) -> None:
+        now = self.clock.now()
+        for job in self._jobs.values():
+            self._schedule(job, now)
+        task_status.started()
+        while True:
+            self._fire_due(self.clock.now())
+            with anyio.CancelScope() as scope:
+                self._wake_scope = scope
+                if self._heap:
+                    await self.clock.sleep_until(self._heap[0][0])
+                else:
+                    await anyio.sleep_forever()
+            self._wake_scope = None
+
+    def _fire_due(self, now: datetime) -> None:
+        assert self._tg is not None
+        while self._heap and self._heap[0][0] <= now:
+            entry = heapq.heappop(self._heap)
+            job = self._current(entry)
+            if job is None:
+                continue
+            due = entry[0]
+            grace = self.misfire_grace if job.misfire_grace is None else job.misfire_grace
+            following = job.trigger.next(due)
+            run_at: datetime | None = due if (now - due).total_seconds() <= grace else None
+            if following is not None and following <= now:
+                # Stalled past several fires: run the latest within the grace once, if any.
+                window = now - timedelta(seconds=grace, microseconds=1)
+                candidate = job.trigger.after(due, window)
+                run_at = candidate if candidate is not None and candidate <= now else None
+                following = job.trigger.after(due, now)
+            if run_at is None or run_at != due:
+                base = self._runner.new_record(job.name, job.trigger.kind, due)
+                detail = (
+                    f"fire(s) from {due.isoformat()} missed; woke at {now.isoformat()}, "
+                    f"beyond misfire_grace={grace:g}s; next at "
+                    f"{following.isoformat() if following else 'never'}"
+                )
+                self._tg.start_soon(self._runner.skip, base, "missed", detail)
+            if following is not None:
+                self._push(following, job)
+            if run_at is not None:
+                self._tg.start_soon(self._execute, job, job.trigger.kind, run_at)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        if self._tg is not None:
+            raise RuntimeError("this scheduler is already running; enter 'async with' once")
+        if self._job_source is not None and self._job_factory is not None:
+            await self.load_jobs(self._job_source, self._job_factory)
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        self._loop_scope = anyio.CancelScope()
+        self._quiet = None
+        try:
+            await tg.start(self._run_loop)
+        except BaseException:
+            self._tg = None
+            await tg.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def _run_loop(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        with self._loop_scope:
+            await self._loop(task_status)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        tg = self._tg
+        assert tg is not None
+        self._loop_scope.cancel()  # no new fires; runs in progress get the grace period
+        if self._active:
+            self._quiet = anyio.Event()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self.shutdown_grace):
+                await self._quiet.wait()
+        tg.cancel_scope.cancel()
+        try:
+            return await tg.__aexit__(exc_type, exc, tb)
+        finally:
+            self._tg = None
+            self._heap.clear()
+
+    async def run(self) -> None:
+        """Run until cancelled (``tg.start_soon(sched.run)`` in the application)."""
+        async with self:
+            await anyio.sleep_forever()
+
+    # -- events ---------------------------------------------------------------------------------
+
+    def _prepare_bus(self) -> None:
+        """Make the bus's registry know the scheduler's events, or mute the clashing ones."""
+        if self.bus is None:
+            return
+        registry = self.bus.registry
+        for cls in SCHEDULER_EVENTS:
+            name = cls.__event_name__
+            if name not in registry:
+                registry.register(cls, name)
+            elif registry.get(name) is not cls:
+                logger.debug("bus registry declares %r differently; not emitting it", name)
+                self._muted.add(cls)
+
+    def _emit(self, event: Event) -> None:
+        if self.bus is None or type(event) in self._muted:
+            return
+        try:
+            self.bus.emit(event)
+        except Exception:
+            logger.warning("could not emit %r on the bus", event.event_name, exc_info=True)

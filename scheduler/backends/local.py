@@ -1,0 +1,163 @@
+"""In-process lock and run store: the embedded defaults, and verified fakes for tests."""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from .._run import RunRecord, RunStatus, abandoned_error
+
+__all__ = ["LocalLease", "LocalLock", "MemoryRunStore"]
+
+
+class LocalLock:
+    """A lock for the schedulers of one process (several may share it, as replicas would).
+
+    Expiry follows ``now`` (default: the system clock); pass the scheduler's clock so that
+    virtual-time tests can let a lock expire.
+
+    :param now: a zero-argument function returning an aware UTC datetime
+    """
+
+    def __init__(self, now: Callable[[], datetime] | None = None) -> None:
+        self._now = now or (lambda: datetime.now(UTC))
+        self._held: dict[str, tuple[str, datetime]] = {}
+        self._fences: dict[str, itertools.count[int]] = {}
+        self._claims: dict[tuple[str, datetime], datetime] = {}
+
+    def __repr__(self) -> str:
+        return f"LocalLock(held={len(self._held)})"
+
+    def holder(self, name: str) -> str | None:
+        """The token holding ``name`` now, if any (for tests and inspection)."""
+        held = self._held.get(name)
+        if held is None or held[1] <= self._now():
+            return None
+        return held[0]
+
+    async def acquire(self, name: str, *, ttl: float) -> LocalLease | None:
+        if self.holder(name) is not None:
+            return None
+        token = secrets.token_hex(8)
+        self._held[name] = (token, self._now() + timedelta(seconds=ttl))
+        fence = next(self._fences.setdefault(name, itertools.count(1)))
+        return LocalLease(self, name, token, ttl, fence)
+
+    async def claim_fire(self, name: str, fire: datetime, *, ttl: float) -> bool:
+        now = self._now()
+        if len(self._claims) > 1024:
+            self._claims = {k: exp for k, exp in self._claims.items() if exp > now}
+        key = (name, fire.astimezone(UTC))
+        expires = self._claims.get(key)
+        if expires is not None and expires > now:
+            return False
+        self._claims[key] = now + timedelta(seconds=ttl)
+        return True
+
+    def _owned(self, name: str, token: str) -> bool:
+        return self.holder(name) == token
+
+
+class LocalLease:
+    """One acquisition of a :class:`LocalLock`."""
+
+    def __init__(self, lock: LocalLock, name: str, token: str, ttl: float, fence: int) -> None:
+        self._lock = lock
+        self.name = name
+        self.token = token
+        self.ttl = ttl
+        self._fence = fence
+
+    def __repr__(self) -> str:
+        return f"LocalLease(name={self.name!r}, fence={self._fence})"
+
+    @property
+    def fence(self) -> int:
+        return self._fence
+
+    async def extend(self) -> bool:
+        if not self._lock._owned(self.name, self.token):
+            return False
+        self._lock._held[self.name] = (self.token, self._lock._now() + timedelta(seconds=self.ttl))
+        return True
+
+    async def release(self) -> bool:
+        if not self._lock._owned(self.name, self.token):
+            return False
+        del self._lock._held[self.name]
+        return True
+
+
+class MemoryRunStore:
+    """The run table in a dict: for one process, and as the verified fake of ``SqlRunStore``.
+
+    Records are immutable; the store keeps insertion order, which is start order.
+    """
+
+    def __init__(self) -> None:
+        self._records: dict[str, RunRecord] = {}
+
+    def __repr__(self) -> str:
+        return f"MemoryRunStore(<{len(self._records)} runs>)"
+
+    async def add(self, record: RunRecord) -> None:
+        self._records[record.id] = record
+
+    async def update(self, record: RunRecord) -> None:
+        self._records[record.id] = record
+
+    async def checkpoint(self, run_id: str, cursor: Any) -> None:
+        rec = self._records.get(run_id)
+        if rec is not None:
+            self._records[run_id] = replace(rec, cursor=cursor)
+
+    async def touch(self, run_id: str, expires_at: datetime) -> None:
+        rec = self._records.get(run_id)
+        if rec is not None:
+            self._records[run_id] = replace(rec, expires_at=expires_at)
+
+    async def resume_cursor(self, task_name: str) -> Any:
+        for rec in reversed(self._records.values()):
+            if rec.task_name == task_name and rec.status in ("succeeded", "failed", "abandoned"):
+                return rec.cursor if rec.status != "succeeded" else None
+        return None
+
+    async def abandon_stale(self, task_name: str, now: datetime) -> int:
+        count = 0
+        for rec in list(self._records.values()):
+            if (
+                rec.task_name == task_name
+                and rec.status == "running"
+                and rec.expires_at is not None
+                and rec.expires_at < now
+            ):
+                self._records[rec.id] = replace(
+                    rec, status="abandoned", error=abandoned_error(rec.expires_at)
+                )
+                count += 1
+        return count
+
+    async def get(self, run_id: str) -> RunRecord | None:
+        return self._records.get(run_id)
+
+    async def query(
+        self,
+        *,
+        task_name: str | None = None,
+        status: RunStatus | None = None,
+        limit: int | None = 100,
+    ) -> list[RunRecord]:
+        out = [
+            r
+            for r in reversed(self._records.values())
+            if (task_name is None or r.task_name == task_name)
+            and (status is None or r.status == status)
+        ]
+        return out if limit is None else out[:limit]
+
+    async def aclose(self) -> None:
+        pass

@@ -1,0 +1,276 @@
+"""The loop on virtual time: when jobs fire, skips, missed fires, errors, events, scale."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import pytest
+
+from eventbus import Event, EventBus, EventRegistry
+from scheduler import (
+    MemoryRunStore,
+    RunContext,
+    RunRecord,
+    Scheduler,
+    TraceIdFilter,
+    VirtualClock,
+    current_trace_id,
+)
+
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def make(**options: object) -> tuple[Scheduler, VirtualClock, MemoryRunStore]:
+    clock = VirtualClock(T0)
+    runs = MemoryRunStore()
+    return Scheduler(clock=clock, runs=runs, **options), clock, runs  # type: ignore[arg-type]
+
+
+async def history(runs: MemoryRunStore, name: str) -> list[tuple[datetime | None, str]]:
+    """(scheduled_at, status) in scheduled order (trio starts tasks in random order)."""
+    records = await runs.query(task_name=name)
+    return sorted(((r.scheduled_at, r.status) for r in records), key=lambda p: p[0] or T0)
+
+
+async def test_interval_fires_one_interval_after_start_then_every_interval() -> None:
+    sched, clock, _ = make()
+    seen: list[datetime] = []
+
+    @sched.interval(seconds=10, name="tick")
+    async def tick(run: RunContext) -> None:
+        seen.append(clock.now())
+
+    with anyio.fail_after(5):
+        async with sched:
+            await clock.advance(35)
+    assert seen == [at(10), at(20), at(30)]
+
+
+async def test_cron_fires_at_its_wall_clock_times_with_the_scheduled_time_recorded() -> None:
+    sched, clock, runs = make()
+
+    @sched.cron("*/15 * * * * *", name="quarter")
+    async def quarter(run: RunContext) -> None:
+        assert run.trigger == "cron" and run.scheduled_at == clock.now()
+
+    with anyio.fail_after(5):
+        async with sched:
+            await clock.advance(60)
+    assert await history(runs, "quarter") == [
+        (at(15), "succeeded"),
+        (at(30), "succeeded"),
+        (at(45), "succeeded"),
+        (at(60), "succeeded"),
+    ]
+
+
+async def test_timeout_fires_once() -> None:
+    sched, clock, runs = make()
+
+    @sched.timeout(seconds=5, name="warmup")
+    async def warmup(run: RunContext) -> None:
+        pass
+
+    with anyio.fail_after(5):
+        async with sched:
+            await clock.advance(100)
+    assert await history(runs, "warmup") == [(at(5), "succeeded")]
+
+
+async def test_next_fire_comes_from_the_scheduled_time_so_slow_runs_do_not_drift() -> None:
+    sched, clock, _ = make()
+    starts: list[datetime] = []
+
+    @sched.interval(seconds=10, name="slow")
+    async def slow(run: RunContext) -> None:
+        starts.append(clock.now())
+        await clock.sleep(7)  # most of the interval
+
+    with anyio.fail_after(5):
+        async with sched:
+            await clock.advance(107)
+    assert starts == [at(s) for s in range(10, 101, 10)]
+
+
+async def test_a_fire_while_the_previous_run_is_going_is_skipped_not_queued() -> None:
+    sched, clock, runs = make()
+    release = anyio.Event()
+    calls = 0
+
+    @sched.interval(seconds=10, name="long")
+    async def long(run: RunContext) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await release.wait()
+
+    with anyio.fail_after(5):
+        async with sched:
+            await clock.advance(25)  # run 1 starts at 10 and blocks; the fire at 20 is skipped
+            release.set()
+            await clock.advance(10)  # fire at 30 runs
+    assert calls == 2
+    assert await history(runs, "long") == [
+        (at(10), "succeeded"),
+        (at(20), "skipped"),
+        (at(30), "succeeded"),
+    ]
+    [skip] = await runs.query(task_name="long", status="skipped")
+    assert skip.error is not None and skip.error.startswith("running:")
+    assert sched.statistics().skipped == 1
+
+
+async def test_wait_for_completion_false_lets_runs_overlap() -> None:
+    sched, clock, _ = make()
+    release = anyio.Event()
+    running = 0
+    peak = 0
+
+    @sched.interval(seconds=10, name="overlap", wait_for_completion=False)
+    async def overlap(run: RunContext) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await release.wait()
+        running -= 1
+
+    with anyio.fail_after(5):
+        async with sched:
+            await clock.advance(30)
+            release.set()
+    assert peak == 3
+
+
+async def test_missed_fires_are_not_made_up_by_default() -> None:
+    sched, clock, runs = make()
+    seen: list[datetime] = []
+
+    @sched.interval(seconds=10, name="tick")
+    async def tick(run: RunContext) -> None:
+        seen.append(run.scheduled_at or T0)
+
+    with anyio.fail_after(5):
+        async with sched:
+            await clock.jump(35)  # the process stalled over the fires at 10, 20 and 30
+            await clock.advance(10)  # back on the original grid: 40
+    assert seen == [at(40)]
+    assert await history(runs, "tick") == [(at(10), "skipped"), (at(40), "succeeded")]
+    [skip] = await runs.query(status="skipped")
+    assert skip.error is not None and skip.error.startswith("missed:")
+
+
+async def test_misfire_grace_runs_the_latest_missed_fire_once_late() -> None:
+    sched, clock, runs = make()
+    seen: list[tuple[datetime | None, datetime]] = []
+
+    @sched.interval(seconds=10, name="tick", misfire_grace=8)
+    async def tick(run: RunContext) -> None:
+        seen.append((run.scheduled_at, clock.now()))
+
+    with anyio.fail_after(5):
+        async with sched:
+            await clock.jump(35)
+            await clock.advance(5)
+    assert seen == [(at(30), at(35)), (at(40), at(40))]
+    statuses = [s for _, s in await history(runs, "tick")]
+    assert statuses == ["skipped", "succeeded", "succeeded"]
+
+
+async def test_an_exception_is_recorded_logged_with_trace_id_and_stops_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sched, clock, runs = make()
+    healthy: list[datetime] = []
+    traces: list[str | None] = []
+    caplog.handler.addFilter(TraceIdFilter())
+
+    @sched.interval(seconds=10, name="broken")
+    async def broken(run: RunContext) -> None:
+        traces.append(current_trace_id())
+        raise ValueError("boom")
+
+    @sched.interval(seconds=10, name="healthy")
+    async def ok(run: RunContext) -> None:
+        healthy.append(clock.now())
+
+    with anyio.fail_after(5), caplog.at_level(logging.ERROR, logger="scheduler"):
+        async with sched:
+            await clock.advance(20)
+    assert healthy == [at(10), at(20)]
+    failed = await runs.query(task_name="broken")
+    assert [(r.status, r.error) for r in failed] == [("failed", "ValueError: boom")] * 2
+    assert [r.trace_id for r in reversed(failed)] == traces
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert [getattr(r, "trace_id", None) for r in errors] == traces
+    assert all("'broken' failed" in r.getMessage() for r in errors)
+    assert sched.statistics().failed == 2
+
+
+async def test_lifecycle_events_are_emitted_on_the_bus_in_its_own_registry() -> None:
+    reg = EventRegistry()
+    bus = EventBus(registry=reg)
+    seen: list[str] = []
+
+    @bus.on("scheduler.**")
+    def collect(e: Event) -> None:
+        seen.append(e.event_name)
+
+    sched, clock, _ = make(bus=bus)
+    calls = 0
+
+    @sched.interval(seconds=10, name="job", wait_for_completion=True)
+    async def job(run: RunContext) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise RuntimeError("second run fails")
+
+    with anyio.fail_after(5):
+        async with sched:
+            await clock.advance(20)
+    assert seen == [
+        "scheduler.run.started",
+        "scheduler.run.succeeded",
+        "scheduler.run.started",
+        "scheduler.run.failed",
+    ]
+
+
+async def test_ten_thousand_jobs_are_heap_entries_not_sleeping_tasks() -> None:
+    sched, clock, _ = make()
+
+    async def noop(run: RunContext) -> None:
+        pass
+
+    for i in range(10_000):
+        sched.interval(seconds=3600 + i, name=f"job-{i}")(noop)
+    with anyio.fail_after(10):
+        async with sched:
+            await clock.advance(1)
+            assert clock.sleepers == 1  # the loop, and nothing else
+            assert clock.sleep_calls == 1  # it slept once: no polling
+            sched.remove("job-0")  # wakes it to look again, once
+            await clock.advance(1)
+            assert clock.sleepers == 1 and clock.sleep_calls == 2
+
+
+async def test_manual_trigger_runs_now_with_trigger_manual_without_the_loop() -> None:
+    sched, _, runs = make()
+    seen: list[RunContext] = []
+
+    @sched.cron("0 0 4 * * *", name="report")
+    async def report(run: RunContext) -> None:
+        seen.append(run)
+
+    with anyio.fail_after(5):
+        record = await sched.trigger("report")
+    assert isinstance(record, RunRecord)
+    assert (record.status, record.trigger, record.scheduled_at) == ("succeeded", "manual", None)
+    assert [r.trigger for r in seen] == ["manual"]
+    assert await runs.get(record.id) == record
