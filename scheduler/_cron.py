@@ -28,8 +28,9 @@ backwards and never repeats an instant.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime, timedelta
+from typing import cast
 from zoneinfo import ZoneInfo
 
 from ._cron_fields import CronFields, parse_cron
@@ -64,6 +65,7 @@ class CronExpression:
     __slots__ = (
         "_day_cache",
         "_fields",
+        "_first_time",
         "_hour_next",
         "_minute_next",
         "_month_next",
@@ -82,6 +84,7 @@ class CronExpression:
         self._hour_next = _next_table(f.hour, 24)
         self._month_next = _next_table(f.month, 13)
         self._day_cache: dict[int, tuple[int, ...]] = {}
+        self._first_time = (min(f.hour), min(f.minute), min(f.second))
 
     @property
     def tz(self) -> ZoneInfo:
@@ -208,51 +211,47 @@ class CronExpression:
             self._day_cache[key] = table
         return table
 
+    def _time_from(self, h: int, mi: int, s: int) -> tuple[int, int, int] | None:
+        """The first allowed time of day at or after h:mi:s, or None (closed form, no loop)."""
+        hour_next, minute_next, second_next = self._hour_next, self._minute_next, self._second_next
+        h2 = hour_next[h]
+        if h2 == h:
+            m2 = minute_next[mi]
+            if m2 == mi:
+                s2 = second_next[s]
+                if s2 >= 0:
+                    return h, mi, s2
+                m2 = minute_next[mi + 1]
+            if m2 >= 0:
+                return h, m2, second_next[0]
+            h2 = hour_next[h + 1]
+        if h2 < 0:
+            return None
+        return h2, minute_next[0], second_next[0]
+
     def _next_wall(self, start: datetime) -> datetime:
         """The first matching wall-clock time at or after ``start`` (naive, local)."""
-        y, mo, d, h, mi, s = (
-            start.year,
-            start.month,
-            start.day,
-            start.hour,
-            start.minute,
-            start.second,
-        )
-        month_next, hour_next = self._month_next, self._hour_next
-        minute_next, second_next = self._minute_next, self._second_next
+        y, mo, d = start.year, start.month, start.day
+        month_next = self._month_next
+        if month_next[mo] == mo and self._days(y, mo)[d] == d:
+            t = self._time_from(start.hour, start.minute, start.second)
+            if t is not None:
+                return datetime(y, mo, d, *t)
+        d += 1
         while True:
             m2 = month_next[mo]
             if m2 < 0:
                 y += 1
                 if y > 9999:
                     raise OverflowError(f"{self!r} has no fire time before year 10000")
-                mo, d, h, mi, s = 1, 1, 0, 0, 0
+                mo, d = 1, 1
                 continue
             if m2 != mo:
-                mo, d, h, mi, s = m2, 1, 0, 0, 0
+                mo, d = m2, 1
             d2 = self._days(y, mo)[d]
-            if d2 < 0:
-                mo, d, h, mi, s = mo + 1, 1, 0, 0, 0
-                continue
-            if d2 != d:
-                d, h, mi, s = d2, 0, 0, 0
-            h2 = hour_next[h]
-            if h2 < 0:
-                d, h, mi, s = d + 1, 0, 0, 0
-                continue
-            if h2 != h:
-                h, mi, s = h2, 0, 0
-            m3 = minute_next[mi]
-            if m3 < 0:
-                h, mi, s = h + 1, 0, 0
-                continue
-            if m3 != mi:
-                mi, s = m3, 0
-            s2 = second_next[s]
-            if s2 < 0:
-                mi, s = mi + 1, 0
-                continue
-            return datetime(y, mo, d, h, mi, s2)
+            if d2 >= 0:
+                return datetime(y, mo, d2, *self._first_time)
+            mo, d = mo + 1, 1
 
     def _wall_matches(self, wall: datetime) -> bool:
         f = self._fields
@@ -324,11 +323,21 @@ class CronExpression:
             wall -= off0 - off1
         pending: list[datetime] = []
         wall = self._next_wall(wall)
+        # A ZoneInfo always knows the offset of a datetime; the stub says Optional.
+        utcoffset = cast("Callable[[datetime], timedelta]", tz.utcoffset)
         while True:
-            off0, off1 = self._offsets(wall)
+            off0 = utcoffset(wall)
+            off1 = utcoffset(wall.replace(fold=1))
             if off0 == off1:
-                heapq.heappush(pending, wall - off0)
-                bound = wall - off0
+                instant = wall - off0
+                if not pending:  # the common case: no DST change in sight
+                    if instant > last:
+                        last = instant
+                        yield wall.replace(tzinfo=tz)
+                    wall = self._next_wall(wall + _SECOND)
+                    continue
+                heapq.heappush(pending, instant)
+                bound = instant
                 step_to = wall + _SECOND
             elif off0 > off1:  # repeated wall time: fold 0 first, fold 1 an offset later
                 heapq.heappush(pending, wall - off0)
