@@ -19,7 +19,7 @@ import itertools
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -118,8 +118,9 @@ class Scheduler:
         self._active: dict[str, set[RunControl]] = {}
         self._tg: TaskGroup | None = None
         self._wake_scope: anyio.CancelScope | None = None
-        self._loop_scope = anyio.CancelScope()
+        self._loop_scope: anyio.CancelScope | None = None
         self._quiet: anyio.Event | None = None
+        self._busy = 0
         self._muted: set[type[Event]] = set()
         self._prepare_bus()
         self._runner = Runner(
@@ -301,8 +302,30 @@ class Scheduler:
             active.discard(control)
             if not active:
                 self._active.pop(job.name, None)
-                if not self._active and self._quiet is not None:
-                    self._quiet.set()
+
+    async def wait_idle(self) -> None:
+        """Wait until nothing the loop started (runs, skip records) is in progress.
+
+        For tests on a virtual clock whose stores do real I/O (SQL in a thread): the clock
+        cannot see that work, so step with ``await clock.advance(n); await sched.wait_idle()``.
+        """
+        while self._busy:
+            if self._quiet is None or self._quiet.is_set():
+                self._quiet = anyio.Event()
+            await self._quiet.wait()
+
+    def _spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        assert self._tg is not None
+        self._busy += 1
+        self._tg.start_soon(self._tracked, fn, *args)
+
+    async def _tracked(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        try:
+            await fn(*args)
+        finally:
+            self._busy -= 1
+            if not self._busy and self._quiet is not None:
+                self._quiet.set()
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -342,7 +365,6 @@ class Scheduler:
             self._wake_scope = None
 
     def _fire_due(self, now: datetime) -> None:
-        assert self._tg is not None
         while self._heap and self._heap[0][0] <= now:
             entry = heapq.heappop(self._heap)
             job = self._current(entry)
@@ -365,11 +387,11 @@ class Scheduler:
                     f"beyond misfire_grace={grace:g}s; next at "
                     f"{following.isoformat() if following else 'never'}"
                 )
-                self._tg.start_soon(self._runner.skip, base, "missed", detail)
+                self._spawn(self._runner.skip, base, "missed", detail)
             if following is not None:
                 self._push(following, job)
             if run_at is not None:
-                self._tg.start_soon(self._execute, job, job.trigger.kind, run_at)
+                self._spawn(self._execute, job, job.trigger.kind, run_at)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -392,6 +414,7 @@ class Scheduler:
         return self
 
     async def _run_loop(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        assert self._loop_scope is not None
         with self._loop_scope:
             await self._loop(task_status)
 
@@ -402,12 +425,11 @@ class Scheduler:
         tb: TracebackType | None,
     ) -> bool | None:
         tg = self._tg
-        assert tg is not None
+        assert tg is not None and self._loop_scope is not None
         self._loop_scope.cancel()  # no new fires; runs in progress get the grace period
-        if self._active:
-            self._quiet = anyio.Event()
+        if self._busy:
             with anyio.CancelScope(shield=True), anyio.move_on_after(self.shutdown_grace):
-                await self._quiet.wait()
+                await self.wait_idle()
         tg.cancel_scope.cancel()
         try:
             return await tg.__aexit__(exc_type, exc, tb)

@@ -1,0 +1,321 @@
+"""The run table and the job-definition table in SQL (SQLAlchemy 2 async).
+
+SQLite through aiosqlite by default; PostgreSQL (asyncpg) for replicas. Types are portable:
+text, integers, booleans, JSON as text, and timestamps stored as UTC (SQLite keeps them
+naive, so they are read back as UTC).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from .._jobs import JobDefinition
+from .._run import RunRecord, RunStatus, abandoned_error
+
+__all__ = [
+    "SqlJobStore",
+    "SqlRunStore",
+    "create_tables",
+    "jobs_table",
+    "make_engine",
+    "metadata",
+    "runs_table",
+]
+
+
+class UTCDateTime(sa.TypeDecorator[datetime]):
+    """An aware UTC datetime on every backend."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"{value!r} is naive; the run table stores aware datetimes")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+metadata = sa.MetaData()
+
+runs_table = sa.Table(
+    "scheduler_runs",
+    metadata,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("id", sa.String(32), nullable=False, unique=True),
+    sa.Column("task_name", sa.String(200), nullable=False),
+    sa.Column("trigger", sa.String(16), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("scheduled_at", UTCDateTime, nullable=True),
+    sa.Column("started_at", UTCDateTime, nullable=False),
+    sa.Column("finished_at", UTCDateTime, nullable=True),
+    sa.Column("expires_at", UTCDateTime, nullable=True),
+    sa.Column("cursor", sa.Text, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("trace_id", sa.String(32), nullable=False),
+    sa.Column("replica", sa.String(200), nullable=False),
+    sa.Column("fence", sa.BigInteger, nullable=True),
+    sa.Column("lock_lost", sa.Boolean, nullable=False, default=False),
+    sa.Index("ix_scheduler_runs_task_seq", "task_name", "seq"),
+    sa.Index("ix_scheduler_runs_status", "status"),
+)
+
+jobs_table = sa.Table(
+    "scheduler_jobs",
+    metadata,
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("expr", sa.String(200), nullable=False),
+    sa.Column("tz", sa.String(64), nullable=False, default="UTC"),
+    sa.Column("enabled", sa.Boolean, nullable=False, default=True),
+    sa.Column("payload", sa.Text, nullable=True),
+)
+
+
+async def create_tables(engine: AsyncEngine) -> None:
+    """Create the run and job tables if they do not exist."""
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.create_all, checkfirst=True)
+
+
+def make_engine(url: str) -> AsyncEngine:
+    """An engine for ``url``; for SQLite it waits up to 30 s on a locked database (several
+    processes share the file) and uses WAL so readers do not block the writer."""
+    if not url.startswith("sqlite"):
+        return create_async_engine(url, pool_pre_ping=True)
+    engine = create_async_engine(url, connect_args={"timeout": 30})
+
+    @sa.event.listens_for(engine.sync_engine, "connect")
+    def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.close()
+
+    return engine
+
+
+def _row_to_record(row: sa.Row[Any]) -> RunRecord:
+    m = row._mapping
+    return RunRecord(
+        id=m["id"],
+        task_name=m["task_name"],
+        trigger=m["trigger"],
+        status=m["status"],
+        scheduled_at=m["scheduled_at"],
+        started_at=m["started_at"],
+        finished_at=m["finished_at"],
+        expires_at=m["expires_at"],
+        cursor=None if m["cursor"] is None else json.loads(m["cursor"]),
+        error=m["error"],
+        trace_id=m["trace_id"],
+        replica=m["replica"],
+        fence=m["fence"],
+        lock_lost=bool(m["lock_lost"]),
+    )
+
+
+def _values(record: RunRecord) -> dict[str, Any]:
+    return {
+        "task_name": record.task_name,
+        "trigger": record.trigger,
+        "status": record.status,
+        "scheduled_at": record.scheduled_at,
+        "started_at": record.started_at,
+        "finished_at": record.finished_at,
+        "expires_at": record.expires_at,
+        "cursor": None if record.cursor is None else json.dumps(record.cursor),
+        "error": record.error,
+        "trace_id": record.trace_id,
+        "replica": record.replica,
+        "fence": record.fence,
+        "lock_lost": record.lock_lost,
+    }
+
+
+class SqlRunStore:
+    """The run table in SQL; every call is one short transaction.
+
+    Ownership: an engine passed in is never disposed by the store; one built by
+    :meth:`from_url` is disposed by :meth:`aclose`. Tables are created on first use unless
+    ``create=False``.
+
+    :param engine: an async engine
+    :param create: create the tables (if missing) before the first statement
+    """
+
+    def __init__(self, engine: AsyncEngine, *, create: bool = True) -> None:
+        self.engine = engine
+        self._owns_engine = False
+        self._ready = not create
+        self._create_lock: anyio.Lock | None = None
+
+    @classmethod
+    def from_url(cls, url: str, *, create: bool = True) -> SqlRunStore:
+        """A store on its own engine for ``url`` (see :func:`make_engine`), closed by aclose."""
+        store = cls(make_engine(url), create=create)
+        store._owns_engine = True
+        return store
+
+    def __repr__(self) -> str:
+        return f"SqlRunStore({self.engine.url.render_as_string(hide_password=True)!r})"
+
+    async def _begin(self) -> Any:
+        if not self._ready:
+            if self._create_lock is None:
+                self._create_lock = anyio.Lock()
+            async with self._create_lock:
+                if not self._ready:
+                    try:
+                        await create_tables(self.engine)
+                    except sa.exc.DBAPIError:
+                        # another process created them between check and create
+                        await create_tables(self.engine)
+                    self._ready = True
+        return self.engine.begin()
+
+    async def add(self, record: RunRecord) -> None:
+        async with await self._begin() as conn:
+            await conn.execute(runs_table.insert().values(id=record.id, **_values(record)))
+
+    async def update(self, record: RunRecord) -> None:
+        async with await self._begin() as conn:
+            await conn.execute(
+                runs_table.update().where(runs_table.c.id == record.id).values(**_values(record))
+            )
+
+    async def checkpoint(self, run_id: str, cursor: Any) -> None:
+        async with await self._begin() as conn:
+            await conn.execute(
+                runs_table.update()
+                .where(runs_table.c.id == run_id)
+                .values(cursor=json.dumps(cursor))
+            )
+
+    async def touch(self, run_id: str, expires_at: datetime) -> None:
+        async with await self._begin() as conn:
+            await conn.execute(
+                runs_table.update().where(runs_table.c.id == run_id).values(expires_at=expires_at)
+            )
+
+    async def resume_cursor(self, task_name: str) -> Any:
+        t = runs_table
+        query = (
+            sa.select(t.c.status, t.c.cursor)
+            .where(t.c.task_name == task_name)
+            .where(t.c.status.in_(("succeeded", "failed", "abandoned")))
+            .order_by(t.c.seq.desc())
+            .limit(1)
+        )
+        async with await self._begin() as conn:
+            row = (await conn.execute(query)).first()
+        if row is None or row.status == "succeeded" or row.cursor is None:
+            return None
+        return json.loads(row.cursor)
+
+    async def abandon_stale(self, task_name: str, now: datetime) -> int:
+        t = runs_table
+        stale = (
+            sa.select(t.c.id, t.c.expires_at)
+            .where(t.c.task_name == task_name)
+            .where(t.c.status == "running")
+            .where(t.c.expires_at < now)
+        )
+        count = 0
+        async with await self._begin() as conn:
+            for row in (await conn.execute(stale)).all():
+                result = await conn.execute(
+                    t.update()
+                    .where(t.c.id == row.id)
+                    .where(t.c.status == "running")  # a replica may have marked it meanwhile
+                    .values(status="abandoned", error=abandoned_error(row.expires_at))
+                )
+                count += result.rowcount
+        return count
+
+    async def get(self, run_id: str) -> RunRecord | None:
+        async with await self._begin() as conn:
+            row = (
+                await conn.execute(sa.select(runs_table).where(runs_table.c.id == run_id))
+            ).first()
+        return None if row is None else _row_to_record(row)
+
+    async def query(
+        self,
+        *,
+        task_name: str | None = None,
+        status: RunStatus | None = None,
+        limit: int | None = 100,
+    ) -> list[RunRecord]:
+        t = runs_table
+        q = sa.select(t).order_by(t.c.seq.desc())
+        if task_name is not None:
+            q = q.where(t.c.task_name == task_name)
+        if status is not None:
+            q = q.where(t.c.status == status)
+        if limit is not None:
+            q = q.limit(limit)
+        async with await self._begin() as conn:
+            rows = (await conn.execute(q)).all()
+        return [_row_to_record(r) for r in rows]
+
+    async def aclose(self) -> None:
+        if self._owns_engine:
+            await self.engine.dispose()
+
+
+class SqlJobStore:
+    """Job definitions kept as rows (user reminders), loaded by ``Scheduler`` at start.
+
+    Ownership as :class:`SqlRunStore`: a given engine is never disposed.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    def __repr__(self) -> str:
+        return f"SqlJobStore({self.engine.url.render_as_string(hide_password=True)!r})"
+
+    async def put(self, definition: JobDefinition) -> None:
+        """Insert or replace the definition of that name."""
+        values = {
+            "expr": definition.expr,
+            "tz": definition.tz,
+            "enabled": definition.enabled,
+            "payload": definition.payload,
+        }
+        async with self.engine.begin() as conn:
+            updated = await conn.execute(
+                jobs_table.update().where(jobs_table.c.name == definition.name).values(**values)
+            )
+            if updated.rowcount == 0:
+                await conn.execute(jobs_table.insert().values(name=definition.name, **values))
+
+    async def delete(self, name: str) -> bool:
+        async with self.engine.begin() as conn:
+            result = await conn.execute(jobs_table.delete().where(jobs_table.c.name == name))
+        return bool(result.rowcount)
+
+    async def load(self) -> list[JobDefinition]:
+        """Every definition, enabled or not, by name."""
+        async with self.engine.begin() as conn:
+            rows = (await conn.execute(sa.select(jobs_table).order_by(jobs_table.c.name))).all()
+        return [
+            JobDefinition(
+                name=r.name, expr=r.expr, tz=r.tz, enabled=bool(r.enabled), payload=r.payload
+            )
+            for r in rows
+        ]
