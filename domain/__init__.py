@@ -1,3 +1,98 @@
-"""Domain modules built on the event bus and the scheduler."""
+"""Domain modules built on the event bus and the scheduler: the patterns, for real.
+
+* :mod:`domain.events` — the event catalog (one file, its own registry);
+* :mod:`domain.views` / :mod:`domain.counters` — view counting with an exactly-once flush;
+* :mod:`domain.shortlinks` — pooled codes, aliases, safe targets, counted 302 redirects;
+* :mod:`domain.publishing` — scheduled publishing that two replicas never do twice;
+* :mod:`domain.app` / :mod:`domain.demo` — everything wired on embedded defaults
+  (``python -m domain``).
+
+Public modules: ``abc``, ``backends.*``, ``db``, ``events``, ``exceptions``; the names below.
+"""
 
 from __future__ import annotations
+
+from eventbus import Event as _Event
+
+from ._shortlink_rules import new_code as new_code
+from ._shortlink_rules import validate_alias as validate_alias
+from ._shortlink_rules import validate_url as validate_url
+from .app import App as App
+from .app import Schedules as Schedules
+from .backends.memory import MemoryCounterStore as MemoryCounterStore
+from .counters import Counter as Counter
+from .counters import FlushReport as FlushReport
+from .db import create_tables as create_tables
+from .events import ArticlePublished as ArticlePublished
+from .events import ArticleViewed as ArticleViewed
+from .events import OrderPaid as OrderPaid
+from .events import ShortlinkCreated as ShortlinkCreated
+from .events import ShortlinkVisited as ShortlinkVisited
+from .events import UserRegistered as UserRegistered
+from .events import catalog as catalog
+from .exceptions import AliasTakenError as AliasTakenError
+from .exceptions import ArticleNotFoundError as ArticleNotFoundError
+from .exceptions import CodeSpaceExhaustedError as CodeSpaceExhaustedError
+from .exceptions import DomainError as DomainError
+from .exceptions import InvalidAliasError as InvalidAliasError
+from .exceptions import InvalidUrlError as InvalidUrlError
+from .exceptions import MailDeliveryError as MailDeliveryError
+from .exceptions import ReservedAliasError as ReservedAliasError
+from .exceptions import ScheduleTimeError as ScheduleTimeError
+from .listeners import ExampleListeners as ExampleListeners
+from .publishing import PUBLISH_CRON as PUBLISH_CRON
+from .publishing import Publisher as Publisher
+from .shortlinks import Resolution as Resolution
+from .shortlinks import ShortLink as ShortLink
+from .shortlinks import ShortLinks as ShortLinks
+from .views import ArticleViews as ArticleViews
+
+__all__ = [
+    "AliasTakenError",
+    "App",
+    "ArticleNotFoundError",
+    "ArticlePublished",
+    "ArticleViewed",
+    "ArticleViews",
+    "CodeSpaceExhaustedError",
+    "Counter",
+    "DomainError",
+    "ExampleListeners",
+    "FlushReport",
+    "InvalidAliasError",
+    "InvalidUrlError",
+    "MailDeliveryError",
+    "MemoryCounterStore",
+    "OrderPaid",
+    "PUBLISH_CRON",
+    "Publisher",
+    "ReservedAliasError",
+    "Resolution",
+    "ScheduleTimeError",
+    "Schedules",
+    "ShortLink",
+    "ShortLinks",
+    "ShortlinkCreated",
+    "ShortlinkVisited",
+    "UserRegistered",
+    "catalog",
+    "create_tables",
+    "new_code",
+    "validate_alias",
+    "validate_url",
+]
+
+# Show the public path in reprs: domain.ShortLinks, not domain.shortlinks.ShortLinks. Events
+# keep their module: their string annotations are resolved in its namespace.
+for _name in __all__:
+    _obj = globals()[_name]
+    if (
+        callable(_obj)
+        and not (isinstance(_obj, type) and issubclass(_obj, _Event))
+        and getattr(_obj, "__module__", "").startswith(f"{__name__}.")
+    ):
+        try:
+            _obj.__module__ = __name__
+        except (AttributeError, TypeError):
+            pass
+del _name, _obj

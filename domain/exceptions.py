@@ -9,7 +9,8 @@
      ├── AliasTakenError (ValueError)          alias (or code) already in use
      ├── CodeSpaceExhaustedError (RuntimeError) the fallback found no free code
      ├── ScheduleTimeError (ValueError)        publication time in the past or too soon
-     └── ArticleNotFoundError (LookupError)    no article with that id
+     ├── ArticleNotFoundError (LookupError)    no article with that id
+     └── MailDeliveryError (OSError)           the example welcome mail bounced
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "DomainError",
     "InvalidAliasError",
     "InvalidUrlError",
+    "MailDeliveryError",
     "ReservedAliasError",
     "ScheduleTimeError",
 ]
@@ -82,3 +84,9 @@ class ArticleNotFoundError(DomainError, LookupError):
     def __init__(self, article_id: int) -> None:
         super().__init__(f"no article with id {article_id!r}; create it before scheduling it")
         self.article_id = article_id
+
+
+class MailDeliveryError(DomainError, OSError):
+    def __init__(self, email: str) -> None:
+        super().__init__(f"mail server refused the welcome message to {email!r}; retry later")
+        self.email = email

@@ -1,0 +1,213 @@
+"""The domain modules wired together: one bus, one engine, one counter store, one scheduler.
+
+:meth:`App.embedded` builds everything on embedded defaults (a SQLite file, memory counters, a
+local lock, no server); ``redis_url=`` moves counters and locks to Redis for several replicas.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+import scheduler
+from eventbus import EventBus, MemoryFailureStore
+from eventbus.abc import FailureStore
+from eventbus.backends.sql import SqlFailureStore
+from scheduler import LocalLock, MemoryRunStore, RunContext, Scheduler
+from scheduler.abc import Lock, RunStore
+
+from .abc import CounterStore
+from .backends.memory import MemoryCounterStore
+from .db import create_tables
+from .events import catalog
+from .listeners import ExampleListeners
+from .publishing import PUBLISH_CRON, Publisher
+from .shortlinks import ShortLinks
+from .views import ArticleViews
+
+__all__ = ["App", "Schedules"]
+
+logger = logging.getLogger("domain.app")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Schedules:
+    """Six-field cron expressions of the domain jobs (production defaults)."""
+
+    flush_views: str = "0 * * * * *"
+    flush_clicks: str = "30 * * * * *"
+    publish: str = PUBLISH_CRON
+    refill: str = "0 0 3 * * *"
+
+    @classmethod
+    def fast(cls) -> Schedules:
+        """Every second or two, for the demo."""
+        return cls("*/2 * * * * *", "1/2 * * * * *", "* * * * * *", "*/5 * * * * *")
+
+
+class App:
+    """The services, the example listeners and their jobs on one bus and one scheduler.
+
+    ``async with app:`` creates the tables, starts the bus, the view window and the scheduler,
+    and on exit stops them in reverse order, then flushes the counters once more (a memory
+    store loses what it holds with the process).
+
+    :param engine: the SQL engine (not owned)
+    :param counters: where pending views and clicks live
+    :param lock: the scheduler's lock (``LocalLock`` for one process, ``RedisLock`` for more)
+    :param runs: the run table (default: in memory)
+    :param failures: the bus's failure store (default: in memory)
+    :param view_window: in-process pre-aggregation of views, in seconds (``None``: off)
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        counters: CounterStore,
+        lock: Lock | None = None,
+        runs: RunStore | None = None,
+        failures: FailureStore | None = None,
+        schedules: Schedules = Schedules(),
+        view_window: float | None = None,
+        min_lead: timedelta = timedelta(seconds=1),
+        refill_watermark: int = 1_000,
+    ) -> None:
+        self.engine = engine
+        self.schedules = schedules
+        self.bus = EventBus(
+            registry=catalog, failures=failures if failures is not None else MemoryFailureStore()
+        )
+        self.listeners = ExampleListeners()
+        self.listeners.attach(self.bus)
+        self.views = ArticleViews(counters, engine, window=view_window)
+        self.views.attach(self.bus)
+        self.links = ShortLinks(engine, bus=self.bus, clicks=counters, watermark=refill_watermark)
+        self.links.attach(self.bus)
+        self.publisher = Publisher(engine, bus=self.bus, min_lead=min_lead)
+        self.scheduler = Scheduler(
+            bus=self.bus,
+            lock=lock if lock is not None else LocalLock(),
+            runs=runs if runs is not None else MemoryRunStore(),
+        )
+        self._register_jobs()
+        self._stack: AsyncExitStack | None = None
+
+    def __repr__(self) -> str:
+        return f"App(engine={self.engine.url!r}, bus={self.bus!r}, scheduler={self.scheduler!r})"
+
+    def _register_jobs(self) -> None:
+        s, plan = self.scheduler, self.schedules
+        s.cron(plan.flush_views, name="flush_views", lock_ttl=60)(self._flush_views)
+        s.cron(plan.flush_clicks, name="flush_clicks", lock_ttl=60)(self._flush_clicks)
+        s.cron(plan.publish, name="publish_due", lock_ttl=60)(self._publish_due)
+        s.cron(plan.refill, name="refill_pool", lock_ttl=600)(self._refill_pool)
+
+    async def _flush_views(self, run: RunContext) -> None:
+        report = await self.views.flush()
+        if report.total:
+            logger.info("flushed %d views of %d articles", report.total, report.items)
+
+    async def _flush_clicks(self, run: RunContext) -> None:
+        report = await self.links.flush_clicks()
+        if report.total:
+            logger.info("flushed %d clicks of %d links", report.total, report.items)
+
+    async def _publish_due(self, run: RunContext) -> None:
+        published = await self.publisher.publish_due()
+        if published:
+            logger.info("published articles %s", published)
+
+    async def _refill_pool(self, run: RunContext) -> None:
+        added = await self.links.refill()
+        if added:
+            logger.info("added %d codes to the short-link pool", added)
+
+    async def __aenter__(self) -> Self:
+        await create_tables(self.engine)
+        async with AsyncExitStack() as stack:
+            stack.push_async_callback(self._final_flush)
+            await stack.enter_async_context(self.bus)
+            await stack.enter_async_context(self.views)
+            await stack.enter_async_context(self.scheduler)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        stack, self._stack = self._stack, None
+        assert stack is not None, "App.__aexit__ without __aenter__"
+        return await stack.__aexit__(exc_type, exc_val, tb)
+
+    async def _final_flush(self) -> None:
+        await self.views.flush()
+        await self.links.flush_clicks()
+
+    @classmethod
+    @asynccontextmanager
+    async def embedded(
+        cls,
+        db: str | Path,
+        *,
+        redis_url: str | None = None,
+        **options: Any,
+    ) -> AsyncIterator[App]:
+        """Build and run an app on a SQLite file; with *redis_url*, counters and locks in Redis.
+
+        Uses ``SqlFailureStore`` and ``SqlRunStore`` on the same file when they are available.
+        Owns (and closes) the engine and the Redis client it builds.
+        """
+        engine = create_async_engine(f"sqlite+aiosqlite:///{db}")
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        async with AsyncExitStack() as stack:
+            stack.push_async_callback(engine.dispose)
+            counters: CounterStore = MemoryCounterStore()
+            lock: Lock = LocalLock()
+            if redis_url is not None:
+                from .backends.redis import RedisCounterStore, connect
+
+                client = connect(redis_url)
+                stack.push_async_callback(client.aclose)
+                counters = RedisCounterStore(client)
+                redis_lock = getattr(scheduler, "RedisLock", None)
+                if redis_lock is not None:
+                    lock = redis_lock(client)
+                else:
+                    logger.warning("scheduler.RedisLock is not available; using a LocalLock")
+            app = cls(
+                engine,
+                counters=counters,
+                lock=lock,
+                runs=_sql_run_store(engine),
+                failures=SqlFailureStore(engine),
+                **options,
+            )
+            async with app:
+                yield app
+
+
+def _sql_run_store(engine: AsyncEngine) -> RunStore | None:
+    """``scheduler.SqlRunStore`` on *engine* when the scheduler has it, else ``None`` (memory)."""
+    cls = getattr(scheduler, "SqlRunStore", None)
+    return None if cls is None else cls(engine)
+
+
+def _sqlite_pragmas(dbapi_conn: Any, record: Any) -> None:
+    """WAL lets readers run beside the one writer; a busy timeout makes writers queue."""
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.close()
