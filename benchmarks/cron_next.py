@@ -28,9 +28,9 @@ from croniter import croniter
 
 from scheduler import CronExpression
 
-REPEATS = 7
+REPEATS = 3
 WARMUP = 1
-QUICK_REPEATS = 3
+QUICK_REPEATS = 1
 N = 10_000
 N_YEARLY = 1_000
 START = datetime(2024, 1, 1, tzinfo=UTC)
