@@ -188,6 +188,7 @@ class SqlFailureStore:
         self._wake = anyio.Event()
         self._progress = anyio.Event()
         self._running = False
+        self._closing = False
         self._stopped: anyio.Event | None = None
         self._scope: anyio.CancelScope | None = None
 
@@ -258,10 +259,16 @@ class SqlFailureStore:
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(self.close_timeout):
                 await self.flush()
-            if self._running:
+                if self._running:  # let the writer finish its statement: no cancel mid-query
+                    assert self._stopped is not None
+                    self._closing = True
+                    self._wake.set()
+                    await self._stopped.wait()
+            if self._running:  # the database hung past close_timeout
                 assert self._scope is not None and self._stopped is not None
                 self._scope.cancel()
                 await self._stopped.wait()
+            self._closing = False
             self._give_up()
             if self._owns_engine:
                 await self.engine.dispose()
@@ -295,8 +302,17 @@ class SqlFailureStore:
         assert self._scope is not None and self._stopped is not None
         try:
             with self._scope:
+                # The table is made now if it can be (so that the CLI finds it even before the
+                # first failure); if the database is not there yet, the first write retries.
+                async with self._lock:
+                    try:
+                        await self._ensure_table()
+                    except Exception as exc:
+                        logger.debug("failure table not created yet: %r", exc)
                 while True:
                     if not self._buffer:
+                        if self._closing:
+                            return
                         self._wake = anyio.Event()
                         await self._wake.wait()
                         continue
