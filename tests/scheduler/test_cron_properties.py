@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from scheduler import CronExpression, CronSyntaxError
 
-SETTINGS = settings(max_examples=40, deadline=None)
+SETTINGS = settings(max_examples=30, deadline=None)
 
 # Instants of DST transitions (UTC) in the zones the policy is specified for.
 TRANSITIONS = [
