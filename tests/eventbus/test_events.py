@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import enum
+import re
 from decimal import Decimal
+from typing import Literal
 
 import pytest
 
@@ -209,3 +213,71 @@ def test_emitting_a_non_event_is_refused(bus: EventBus, thing: object) -> None:
 def test_event_instance_plus_payload_is_refused(bus: EventBus) -> None:
     with pytest.raises(TypeError, match="not both"):
         bus.emit(OrderPaid(order_id=1, user_id=2), {"order_id": 1})
+
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+typed = EventRegistry()
+
+
+class Typed(Event, name="typed.payload", registry=typed):
+    maybe: str | None = None
+    ratio: float = 0.0
+    mode: Literal["a", "b"] = "a"
+    colour: Colour = Colour.RED
+    when: dt.date = dt.date(2026, 1, 1)
+    tags: list[str] = dataclasses.field(default_factory=list)
+
+
+@pytest.mark.parametrize(
+    ("payload", "problem"),
+    [
+        pytest.param({"maybe": None}, None, id="optional-none"),
+        pytest.param({"maybe": "x"}, None, id="optional-value"),
+        pytest.param({"maybe": 1}, "field 'maybe' must be", id="optional-wrong"),
+        pytest.param({"ratio": 2}, None, id="int-is-a-float"),
+        pytest.param({"ratio": True}, "field 'ratio' must be float, got bool", id="bool-not-float"),
+        pytest.param({"mode": "b"}, None, id="literal"),
+        pytest.param({"mode": "c"}, "must be one of ('a', 'b')", id="literal-wrong"),
+        pytest.param({"colour": "red"}, "field 'colour' must be Colour", id="enum-wrong"),
+        pytest.param({"when": dt.datetime(2026, 1, 1)}, "must be date, got datetime", id="dt"),
+        pytest.param({"tags": ["x"]}, None, id="generic"),
+        pytest.param({"tags": "x"}, "field 'tags' must be", id="generic-wrong"),
+    ],
+)
+def test_simple_type_checks(payload: dict[str, object], problem: str | None) -> None:
+    bus = EventBus(typed)
+    if problem is None:
+        bus.emit("typed.payload", payload)
+        return
+    with pytest.raises(PayloadError, match=re.escape(problem)):
+        bus.emit("typed.payload", payload)
+
+
+def test_annotation_that_cannot_be_resolved_is_not_checked() -> None:
+    local = EventRegistry()
+
+    class Local:
+        pass
+
+    class WithLocal(Event, name="with.local", registry=local):
+        thing: Local
+
+    EventBus(local).emit("with.local", {"thing": "anything"})
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param({"errors": "ignore"}, id="policy"),
+        pytest.param({"queue_size": -1}, id="queue-size"),
+        pytest.param({"workers": 0}, id="workers"),
+        pytest.param({"max_depth": 0}, id="max-depth"),
+        pytest.param({"shutdown_grace": -1}, id="grace"),
+    ],
+)
+def test_bus_options_are_checked(options: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match=next(iter(options))):
+        EventBus(reg, **options)  # type: ignore[arg-type]
