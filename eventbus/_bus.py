@@ -464,12 +464,21 @@ class EventBus:
         return event
 
     def _fast_failure(
-        self, event: Event, plan: _FastPlan, fn: Callable[[Any], Any], exc: Exception
-    ) -> None:
+        self,
+        event: Event,
+        plan: _FastPlan,
+        fn: Callable[[Any], Any],
+        exc: Exception,
+        event_id: str | None = None,
+    ) -> str:
+        """Record a fast-path failure; pass the id it returns back for the emission's next one."""
         # By identity: a fast plan holds no object twice, but ``tuple.index`` compares with
         # ``==``, and equal callables (a bound method subscribed twice under two names) differ.
         sub = next(s for s, f in zip(plan.subs, plan, strict=True) if f is fn)
-        self._record(event, new_event_id(), sub.name, exc, 1)
+        if event_id is None:
+            event_id = new_event_id()
+        self._record(event, event_id, sub.name, exc, 1)
+        return event_id
 
     def _emit_planned(self, event: Event, plan: _Plan) -> None:
         ename = event.__event_name__
