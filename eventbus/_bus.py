@@ -393,9 +393,14 @@ class EventBus:
     def _build_plan(self, cls: type[Event]) -> _Plan:
         name = cls.__event_name__
         if not name or name not in self.registry or self.registry.get(name) is not cls:
-            raise UnknownEventError(
-                name or cls.__qualname__, "emit only events declared in the bus's registry"
-            )
+            hint = "emit only events declared in the bus's registry"
+            if name in self.registry:
+                hint = (
+                    f"{cls.__module__}.{cls.__qualname__} is declared in another registry; "
+                    f"the bus's registry declares {name!r} as "
+                    f"{self.registry.get(name).__module__}.{self.registry.get(name).__qualname__}"
+                )
+            raise UnknownEventError(name or cls.__qualname__, hint)
         return _Plan(tuple(s for s in self._subs if s.pattern == name or matches(s.pattern, name)))
 
     def _plan_for(self, cls: type[Event]) -> _FastPlan | _Plan:
