@@ -620,8 +620,7 @@ class EventBus:
         async with anyio.create_task_group() as tg:
             for i, sub in enumerate(plan.listeners):
                 if sub.once:
-                    if sub.fired:
-                        outcomes[i] = Outcome(sub.name, None, None, 0.0)
+                    if sub.fired:  # an emit that started later already ran it: not ours
                         continue
                     sub.fired = True
                     self._remove(sub)
@@ -635,9 +634,10 @@ class EventBus:
                     finally:
                         _async_depth.reset(token)
                     outcomes[i] = Outcome(sub.name, value, exc, time.perf_counter() - start, rec)
-        done = [o for o in outcomes if o is not None]
+        ran = [(s, o) for s, o in zip(plan.listeners, outcomes, strict=True) if o is not None]
+        done = [out for _, out in ran]
         raised: list[Exception] = []
-        for sub, out in zip(plan.listeners, done, strict=True):
+        for sub, out in ran:
             if isinstance(out.error, Exception) and (sub.errors or self.errors) == "propagate":
                 out.error.add_note(f"listener: {sub.name}")
                 raised.append(out.error)

@@ -251,3 +251,20 @@ def test_statistics_and_repr(bus: EventBus) -> None:
         0,
     )
     assert "listeners=1" in repr(bus) and "errors='capture'" in repr(bus)
+
+
+async def test_once_listener_run_by_a_nested_emit_is_not_reported_twice(
+    bus: EventBus, rec: Recorder
+) -> None:
+    """A once-listener consumed by a nested emit is not in the outer emit's outcomes."""
+
+    def relay(e: Event) -> str:
+        rec.calls.append(("relay", e))
+        bus.emit(PAID)
+        return "relay"
+
+    bus.once(OrderPaid, relay)
+    bus.once(OrderPaid, rec.sync("second"))
+    outcomes = await bus.emit_async(PAID)
+    assert [o.value for o in outcomes] == ["relay"]
+    assert rec.tags == ["relay", "second"]
