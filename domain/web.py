@@ -1,0 +1,408 @@
+"""An ASGI application on top of the domain modules: what embedding looks like for real.
+
+Needs the ``web`` extra (Starlette, uvicorn). The lifespan runs :meth:`App.embedded` (bus,
+view window, scheduler, domain services) and, on shutdown, drains it: background listeners get
+the bus's grace period, runs in progress the scheduler's, and pending counts are flushed.
+
+=================================  ===========================================================
+``POST /links``                    create a short link: ``{"url", "alias"?, "expires_in"?}``
+``GET /{code}``                    302 to the target (the visit is counted through
+                                   ``shortlink.visited``); 404 for unknown or expired codes
+``GET /articles/{id}``             the article; records a view (viewer from the ``viewer``
+                                   cookie, else the client address) through ``article.viewed``
+``POST /orders/{id}/pay``          emits ``order.paid`` from ``{"user_id", "amount"}``
+``GET /healthz``                   200 while the bus and the scheduler run, with statistics
+``GET /admin/failures``            the failure table (``status``, ``event``, ``listener``,
+                                   ``limit``); bearer token
+``POST /admin/tasks/{name}/run``   run a scheduled job now (same lock, run record); bearer token
+=================================  ===========================================================
+
+The admin routes exist only when an admin token is configured; without one they are 404.
+Errors are JSON: ``{"error": <code>, "detail": <message>}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from eventbus import FailureRecord, FailureStatus
+from scheduler import JobLookupError, RunRecord
+
+from .app import App
+from .db import articles
+from .events import ArticleViewed, OrderPaid
+from .exceptions import (
+    AliasTakenError,
+    CodeSpaceExhaustedError,
+    InvalidAliasError,
+    InvalidUrlError,
+    ReservedAliasError,
+)
+
+__all__ = ["WebConfig", "create_app", "main"]
+
+logger = logging.getLogger("domain.web")
+
+MAX_BODY = 16 * 1024
+MAX_FAILURES = 500
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class WebConfig:
+    """What the web application needs; :meth:`from_env` reads it from the environment.
+
+    :param db: the SQLite file of :meth:`App.embedded`
+    :param redis_url: counters and locks in Redis (several replicas); ``None``: in process
+    :param admin_token: bearer token of the ``/admin`` routes; ``None`` or empty: no admin routes
+    :param viewer_cookie: the cookie that identifies a viewer for view counting
+    :param public_url: base of the ``short_url`` in responses (default: the request's base URL)
+    :param refill_on_start: top the code pool up at startup (the refill job runs daily)
+    :param app_options: passed to :meth:`App.embedded` (``schedules``, ``refill_watermark``...)
+    """
+
+    db: str | Path = "eventbus-web.db"
+    redis_url: str | None = None
+    admin_token: str | None = dataclasses.field(default=None, repr=False)
+    viewer_cookie: str = "viewer"
+    public_url: str | None = None
+    refill_on_start: bool = True
+    app_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides: Any) -> WebConfig:
+        """``EVENTBUS_WEB_DB``, ``EVENTBUS_REDIS_URL``, ``EVENTBUS_ADMIN_TOKEN``,
+        ``EVENTBUS_PUBLIC_URL``; keyword arguments win over the environment."""
+        values: dict[str, Any] = {
+            "db": environ.get("EVENTBUS_WEB_DB", "eventbus-web.db"),
+            "redis_url": environ.get("EVENTBUS_REDIS_URL") or None,
+            "admin_token": environ.get("EVENTBUS_ADMIN_TOKEN") or None,
+            "public_url": environ.get("EVENTBUS_PUBLIC_URL") or None,
+        }
+        values.update(overrides)
+        return cls(**values)
+
+    @property
+    def admin_enabled(self) -> bool:
+        return bool(self.admin_token)
+
+
+def create_app(config: WebConfig | None = None) -> Starlette:
+    """Build the ASGI application; the domain app starts with its lifespan, not here.
+
+    The running :class:`~domain.App` is ``app.state.domain`` while the lifespan is active.
+    """
+    cfg = config if config is not None else WebConfig.from_env()
+
+    @asynccontextmanager
+    async def lifespan(web: Starlette) -> AsyncIterator[None]:
+        async with App.embedded(cfg.db, redis_url=cfg.redis_url, **cfg.app_options) as app:
+            if cfg.refill_on_start and await app.links.idle_codes() == 0:
+                await app.scheduler.trigger("refill_pool")
+            web.state.domain = app
+            logger.info("serving on %r (admin routes %s)", app, _on_off(cfg.admin_enabled))
+            try:
+                yield
+            finally:
+                del web.state.domain
+                logger.info("shutting down: draining the bus and the scheduler")
+
+    routes: list[BaseRoute] = [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/links", _with(cfg, create_link), methods=["POST"]),
+        Route("/articles/{article_id:int}", _with(cfg, view_article), methods=["GET"]),
+        Route("/orders/{order_id:int}/pay", pay_order, methods=["POST"]),
+    ]
+    if cfg.admin_enabled:
+        assert cfg.admin_token is not None
+        token = cfg.admin_token
+        routes += [
+            Route("/admin/failures", _admin(token, list_failures), methods=["GET"]),
+            Route("/admin/tasks/{name}/run", _admin(token, run_task), methods=["POST"]),
+        ]
+    routes.append(Route("/{code}", follow_link, methods=["GET"]))
+    web = Starlette(routes=routes, lifespan=lifespan)
+    web.state.config = cfg
+    return web
+
+
+def _on_off(flag: bool) -> str:
+    return "on" if flag else "off"
+
+
+def _with(cfg: WebConfig, handler: Callable[[Request, WebConfig], Awaitable[Response]]) -> Handler:
+    async def endpoint(request: Request) -> Response:
+        return await handler(request, cfg)
+
+    endpoint.__name__ = handler.__name__
+    return endpoint
+
+
+def _admin(token: str, handler: Handler) -> Handler:
+    """Require ``Authorization: Bearer <token>``, compared in constant time."""
+    expected = token.encode()
+
+    async def endpoint(request: Request) -> Response:
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(given.encode(), expected):
+            return _error(
+                401,
+                "unauthorized",
+                "send 'Authorization: Bearer <admin token>'",
+                headers={"WWW-Authenticate": 'Bearer realm="admin"'},
+            )
+        return await handler(request)
+
+    endpoint.__name__ = handler.__name__
+    return endpoint
+
+
+def _error(
+    status: int, code: str, detail: str, *, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse({"error": code, "detail": detail}, status_code=status, headers=headers)
+
+
+def _domain(request: Request) -> App:
+    app: App = request.app.state.domain
+    return app
+
+
+class _BadRequest(Exception):
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    body = await request.body()
+    if len(body) > MAX_BODY:
+        raise _BadRequest(f"the body is {len(body)} bytes; at most {MAX_BODY} are accepted")
+    try:
+        data = json.loads(body or b"null")
+    except ValueError as exc:
+        raise _BadRequest(f"the body is not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise _BadRequest("the body must be a JSON object")
+    return data
+
+
+# -- public routes -------------------------------------------------------------------------------
+
+
+async def healthz(request: Request) -> Response:
+    app: App | None = getattr(request.app.state, "domain", None)
+    if app is None or not app.bus.running:
+        return _error(503, "not_running", "the application is starting or stopping")
+    return JSONResponse(
+        {
+            "status": "ok",
+            "bus": dataclasses.asdict(app.bus.statistics()),
+            "scheduler": dataclasses.asdict(app.scheduler.statistics()),
+        }
+    )
+
+
+async def create_link(request: Request, cfg: WebConfig) -> Response:
+    try:
+        body = await _json_object(request)
+        url, alias, expires_in = body.get("url"), body.get("alias"), body.get("expires_in")
+        if not isinstance(url, str):
+            raise _BadRequest("'url' is required and must be a string")
+        if alias is not None and not isinstance(alias, str):
+            raise _BadRequest("'alias' must be a string when given")
+        expires_at = None
+        if expires_in is not None:
+            if isinstance(expires_in, bool) or not isinstance(expires_in, int | float):
+                raise _BadRequest("'expires_in' must be a number of seconds")
+            if not 0 < expires_in <= 10 * 365 * 86400:
+                raise _BadRequest("'expires_in' must be between 1 second and 10 years")
+            expires_at = datetime.now(UTC) + timedelta(seconds=expires_in)
+    except _BadRequest as exc:
+        return _error(400, "bad_request", exc.detail)
+    try:
+        link = await _domain(request).links.create(url, alias=alias, expires_at=expires_at)
+    except InvalidUrlError as exc:
+        return _error(400, "invalid_url", str(exc))
+    except ReservedAliasError as exc:
+        return _error(400, "reserved_alias", str(exc))
+    except InvalidAliasError as exc:
+        return _error(400, "invalid_alias", str(exc))
+    except AliasTakenError as exc:
+        return _error(409, "alias_taken", str(exc))
+    except CodeSpaceExhaustedError as exc:
+        logger.error("%s", exc)
+        return _error(503, "no_code_available", "no short code is available; retry shortly")
+    base = cfg.public_url or str(request.base_url)
+    short_url = f"{base.rstrip('/')}/{link.code}"
+    return JSONResponse(
+        {
+            "code": link.code,
+            "url": link.url,
+            "short_url": short_url,
+            "source": link.source,
+            "expires_at": None if link.expires_at is None else link.expires_at.isoformat(),
+        },
+        status_code=201,
+        headers={"Location": short_url},
+    )
+
+
+async def follow_link(request: Request) -> Response:
+    found = await _domain(request).links.resolve(request.path_params["code"])
+    if found.url is None:
+        return _error(404, "not_found", f"no short link {found.code!r} ({found.reason})")
+    # 302, never 301: a cached redirect would not be counted and could outlive its expiry.
+    return RedirectResponse(found.url, status_code=302, headers={"Cache-Control": "no-store"})
+
+
+async def view_article(request: Request, cfg: WebConfig) -> Response:
+    app = _domain(request)
+    article_id: int = request.path_params["article_id"]
+    async with app.engine.connect() as conn:
+        row = (await conn.execute(select(articles).where(articles.c.id == article_id))).first()
+    if row is None:
+        return _error(404, "not_found", f"no article with id {article_id}")
+    viewer = request.cookies.get(cfg.viewer_cookie)
+    if not viewer:
+        viewer = f"ip:{request.client.host}" if request.client is not None else "ip:unknown"
+    app.bus.emit(ArticleViewed(article_id=article_id, viewer_key=viewer))
+    return JSONResponse(
+        {
+            "id": row.id,
+            "title": row.title,
+            "status": row.status,
+            "view_count": row.view_count,  # flushed views only: the counter job adds the rest
+            "published_at": None if row.published_at is None else row.published_at.isoformat(),
+        }
+    )
+
+
+async def pay_order(request: Request) -> Response:
+    order_id: int = request.path_params["order_id"]
+    try:
+        body = await _json_object(request)
+        user_id, amount = body.get("user_id"), body.get("amount")
+        if isinstance(user_id, bool) or not isinstance(user_id, int):
+            raise _BadRequest("'user_id' is required and must be an integer")
+        if isinstance(amount, bool) or not isinstance(amount, str | int):
+            raise _BadRequest("'amount' is required: a decimal string such as \"19.90\"")
+        try:
+            value = Decimal(amount)
+        except InvalidOperation:
+            raise _BadRequest(f"'amount' {amount!r} is not a decimal number") from None
+        if not value.is_finite() or value <= 0:
+            raise _BadRequest(f"'amount' {amount!r} must be a positive amount")
+    except _BadRequest as exc:
+        return _error(400, "bad_request", exc.detail)
+    # emit() runs sync listeners now and queues async ones; a failing listener is captured
+    # and recorded, never turned into an error for the payer.
+    _domain(request).bus.emit(OrderPaid(order_id=order_id, user_id=user_id, amount=value))
+    return JSONResponse({"order_id": order_id, "event": "order.paid"}, status_code=202)
+
+
+# -- admin routes --------------------------------------------------------------------------------
+
+
+async def list_failures(request: Request) -> Response:
+    params = request.query_params
+    try:
+        status = FailureStatus(params["status"]) if "status" in params else None
+        limit = int(params.get("limit", "50"))
+        if not 1 <= limit <= MAX_FAILURES:
+            raise ValueError(f"limit must be between 1 and {MAX_FAILURES}")
+    except ValueError as exc:
+        return _error(400, "bad_request", str(exc))
+    store = _domain(request).bus.failures
+    await store.flush()  # what the bus recorded so far is listed
+    records = await store.query(
+        status=status, event=params.get("event"), listener=params.get("listener"), limit=limit
+    )
+    return JSONResponse({"failures": [_failure_json(r) for r in records]})
+
+
+def _failure_json(r: FailureRecord) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "event_id": r.event_id,
+        "event_name": r.event_name,
+        "listener": r.listener,
+        "error_type": r.error_type,
+        "message": r.message,
+        "attempts": r.attempts,
+        "status": str(r.status),
+        "payload": r.payload,
+        "first_failed_at": r.first_failed_at.isoformat(),
+        "last_failed_at": r.last_failed_at.isoformat(),
+    }
+
+
+async def run_task(request: Request) -> Response:
+    name = request.path_params["name"]
+    try:
+        run = await _domain(request).scheduler.trigger(name)
+    except JobLookupError as exc:
+        return _error(404, "unknown_task", str(exc))
+    return JSONResponse(_run_json(run))
+
+
+def _run_json(run: RunRecord) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "task_name": run.task_name,
+        "trigger": run.trigger,
+        "status": run.status,
+        "started_at": run.started_at.isoformat(),
+        "finished_at": None if run.finished_at is None else run.finished_at.isoformat(),
+        "error": run.error,
+        "trace_id": run.trace_id,
+    }
+
+
+# -- serving -------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m domain.web``: serve the application with uvicorn (loopback by default)."""
+    import uvicorn
+
+    parser = argparse.ArgumentParser(prog="python -m domain.web", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1", help="interface (default: loopback)")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--db", type=Path, help="SQLite file (default: $EVENTBUS_WEB_DB)")
+    parser.add_argument("--redis", metavar="URL", help="counters and locks in Redis at URL")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+    )
+    overrides: dict[str, Any] = {}
+    if args.db is not None:
+        overrides["db"] = args.db
+    if args.redis is not None:
+        overrides["redis_url"] = args.redis
+    config = WebConfig.from_env(**overrides)
+    if not config.admin_enabled:
+        logger.warning("EVENTBUS_ADMIN_TOKEN is not set: the /admin routes are disabled")
+    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="info")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

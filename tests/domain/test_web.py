@@ -1,0 +1,355 @@
+"""The ASGI application, driven through its ASGI interface with httpx (no network)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from anyio import wait_all_tasks_blocked
+from sqlalchemy import insert
+from starlette.applications import Starlette
+
+from domain import App
+from domain.db import articles
+from domain.events import ArticleViewed, OrderPaid, ShortlinkVisited
+from domain.web import WebConfig, create_app
+from eventbus import Event, EventBus
+from eventbus.testing import RecordingListener, capture_failures
+
+TOKEN = "s3cret-admin-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> WebConfig:
+    return WebConfig(
+        db=tmp_path / "web.db", admin_token=TOKEN, app_options={"refill_watermark": 20}
+    )
+
+
+@pytest.fixture
+async def web(config: WebConfig) -> AsyncIterator[Starlette]:
+    """The app with its lifespan entered (httpx's ASGITransport does not run lifespans)."""
+    app = create_app(config)
+    with anyio.fail_after(10):
+        async with app.router.lifespan_context(app):
+            yield app
+
+
+@pytest.fixture
+async def client(web: Starlette) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=web, client=("203.0.113.7", 4711))
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+        yield c
+
+
+def domain_app(web: Starlette) -> App:
+    app: App = web.state.domain
+    return app
+
+
+async def settle(bus: EventBus) -> None:
+    """Wait until the bus's background listeners finished what the request queued.
+
+    A job handed to an idle worker is in neither counter until that worker runs, hence the
+    wait for every task to block first.
+    """
+    with anyio.fail_after(5):
+        await wait_all_tasks_blocked()
+        while (s := bus.statistics()).queued or s.in_flight:
+            await wait_all_tasks_blocked()
+
+
+# -- lifespan and health -------------------------------------------------------------------------
+
+
+async def test_lifespan_starts_the_domain_and_drains_it_on_shutdown(config: WebConfig) -> None:
+    app = create_app(config)
+    async with app.router.lifespan_context(app):
+        running = domain_app(app)
+        assert running.bus.running
+        assert await running.links.idle_codes() == 20  # refilled at start
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            health = await c.get("/healthz")
+    assert health.status_code == 200
+    body = health.json()
+    assert body["status"] == "ok"
+    assert body["bus"]["running"] is True
+    assert body["scheduler"]["jobs"] == 4
+    assert not running.bus.running
+    assert not hasattr(app.state, "domain")
+
+
+async def test_healthz_is_503_outside_the_lifespan(config: WebConfig) -> None:
+    app = create_app(config)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        r = await c.get("/healthz")
+    assert r.status_code == 503
+    assert r.json()["error"] == "not_running"
+
+
+def test_config_repr_never_shows_the_token(config: WebConfig) -> None:
+    assert TOKEN not in repr(config)
+    env = {"EVENTBUS_ADMIN_TOKEN": "t", "EVENTBUS_WEB_DB": "x.db"}
+    assert WebConfig.from_env(env).admin_enabled
+    assert not WebConfig.from_env({"EVENTBUS_ADMIN_TOKEN": ""}).admin_enabled
+    assert WebConfig.from_env(env, db="y.db").db == "y.db"
+
+
+# -- short links ---------------------------------------------------------------------------------
+
+
+async def test_create_then_follow_a_link_counts_the_visit(
+    web: Starlette, client: httpx.AsyncClient
+) -> None:
+    app = domain_app(web)
+    visits = RecordingListener()
+    app.bus.on(ShortlinkVisited, visits)
+    created = await client.post("/links", json={"url": "https://example.com/a?b=1"})
+    assert created.status_code == 201
+    link = created.json()
+    assert link["source"] == "pool"
+    assert link["short_url"] == f"http://testserver/{link['code']}"
+    assert created.headers["location"] == link["short_url"]
+
+    r = await client.get(f"/{link['code']}")
+    assert r.status_code == 302
+    assert r.headers["location"] == "https://example.com/a?b=1"
+    assert r.headers["cache-control"] == "no-store"
+    assert visits.events == [ShortlinkVisited(code=link["code"], url="https://example.com/a?b=1")]
+    await settle(app.bus)
+    await app.links.flush_clicks()
+    assert await app.links.clicks_of(link["code"]) == {link["code"]: 1}
+
+
+async def test_an_alias_is_served_and_a_second_claim_conflicts(client: httpx.AsyncClient) -> None:
+    r = await client.post("/links", json={"url": "https://example.com/", "alias": "launch"})
+    assert (r.status_code, r.json()["code"], r.json()["source"]) == (201, "launch", "alias")
+    again = await client.post("/links", json={"url": "https://example.org/", "alias": "launch"})
+    assert again.status_code == 409
+    assert again.json()["error"] == "alias_taken"
+    assert "'launch' is already taken" in again.json()["detail"]
+    assert (await client.get("/launch")).headers["location"] == "https://example.com/"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "error"),
+    [
+        pytest.param({"url": "javascript:alert(1)"}, 400, "invalid_url", id="scheme"),
+        pytest.param({"url": "/relative"}, 400, "invalid_url", id="relative"),
+        pytest.param({"url": "https://x.example/", "alias": "admin"}, 400, "reserved_alias",
+                     id="reserved"),
+        pytest.param({"url": "https://x.example/", "alias": "a b"}, 400, "invalid_alias",
+                     id="alias-chars"),
+        pytest.param({}, 400, "bad_request", id="no-url"),
+        pytest.param({"url": 5}, 400, "bad_request", id="url-type"),
+        pytest.param({"url": "https://x.example/", "expires_in": 0}, 400, "bad_request",
+                     id="expiry"),
+        pytest.param([1, 2], 400, "bad_request", id="not-an-object"),
+    ],
+)  # fmt: skip
+async def test_create_link_errors_are_json(
+    client: httpx.AsyncClient, body: object, status: int, error: str
+) -> None:
+    r = await client.post("/links", json=body)
+    assert r.status_code == status
+    assert r.headers["content-type"] == "application/json"
+    assert r.json()["error"] == error
+    assert r.json()["detail"]
+
+
+async def test_a_body_that_is_not_json_is_a_json_error(client: httpx.AsyncClient) -> None:
+    r = await client.post("/links", content=b"{nope")
+    assert r.status_code == 400
+    assert r.json()["detail"].startswith("the body is not JSON")
+
+
+async def test_unknown_and_expired_codes_are_404(web: Starlette, client: httpx.AsyncClient) -> None:
+    app = domain_app(web)
+    visits = RecordingListener()
+    app.bus.on(ShortlinkVisited, visits)
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    await app.links.create("https://example.com/old", alias="old-news", expires_at=past)
+    unknown, expired = await client.get("/nope42"), await client.get("/old-news")
+    assert (unknown.status_code, unknown.json()["detail"]) == (
+        404,
+        "no short link 'nope42' (unknown)",
+    )
+    assert (expired.status_code, expired.json()["detail"]) == (
+        404,
+        "no short link 'old-news' (expired)",
+    )
+    assert visits.count == 0  # not a visit
+
+
+async def test_expires_in_sets_the_expiry(client: httpx.AsyncClient) -> None:
+    r = await client.post("/links", json={"url": "https://example.com/", "expires_in": 60})
+    expires = datetime.fromisoformat(r.json()["expires_at"])
+    assert timedelta(seconds=55) < expires - datetime.now(UTC) <= timedelta(seconds=60)
+    assert (await client.get(f"/{r.json()['code']}")).status_code == 302
+
+
+# -- articles and orders -------------------------------------------------------------------------
+
+
+async def test_article_views_come_from_the_cookie_or_the_client_address(
+    web: Starlette, client: httpx.AsyncClient
+) -> None:
+    app = domain_app(web)
+    async with app.engine.begin() as conn:
+        await conn.execute(insert(articles).values(id=1, title="Why 302"))
+    viewed = RecordingListener()
+    app.bus.on(ArticleViewed, viewed)
+    for cookies in ({"viewer": "u-1"}, {"viewer": "u-1"}, {"viewer": "u-2"}, {}):
+        client.cookies.clear()
+        client.cookies.update(cookies)
+        r = await client.get("/articles/1")
+        assert r.status_code == 200
+        assert r.json()["title"] == "Why 302"
+    keys = [e.viewer_key for e in viewed.events if isinstance(e, ArticleViewed)]
+    assert keys == ["u-1", "u-1", "u-2", "ip:203.0.113.7"]
+    await settle(app.bus)
+    await app.views.flush()
+    assert await app.views.counts(1) == {1: 3}  # the repeated viewer counted once
+    assert (await client.get("/articles/1")).json()["view_count"] == 3
+
+
+async def test_an_unknown_article_is_404_and_records_no_view(
+    web: Starlette, client: httpx.AsyncClient
+) -> None:
+    viewed = RecordingListener()
+    domain_app(web).bus.on(ArticleViewed, viewed)
+    r = await client.get("/articles/99")
+    assert (r.status_code, r.json()["error"]) == (404, "not_found")
+    assert viewed.count == 0
+
+
+async def test_paying_an_order_emits_order_paid(web: Starlette, client: httpx.AsyncClient) -> None:
+    app = domain_app(web)
+    paid = RecordingListener()
+    app.bus.on(OrderPaid, paid)
+    r = await client.post("/orders/7/pay", json={"user_id": 1, "amount": "19.90"})
+    assert (r.status_code, r.json()) == (202, {"order_id": 7, "event": "order.paid"})
+    assert paid.events == [OrderPaid(order_id=7, user_id=1, amount=Decimal("19.90"))]
+    await settle(app.bus)
+    assert app.listeners.points == {1: 19}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param({"amount": "1"}, id="no-user"),
+        pytest.param({"user_id": True, "amount": "1"}, id="bool-user"),
+        pytest.param({"user_id": 1, "amount": "abc"}, id="amount-text"),
+        pytest.param({"user_id": 1, "amount": "-3"}, id="amount-negative"),
+        pytest.param({"user_id": 1, "amount": 1.5}, id="amount-float"),
+    ],
+)
+async def test_a_bad_payment_is_400_and_emits_nothing(
+    web: Starlette, client: httpx.AsyncClient, body: dict[str, object]
+) -> None:
+    paid = RecordingListener()
+    domain_app(web).bus.on(OrderPaid, paid)
+    r = await client.post("/orders/7/pay", json=body)
+    assert (r.status_code, r.json()["error"]) == (400, "bad_request")
+    assert paid.count == 0
+
+
+# -- admin ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        pytest.param({}, id="none"),
+        pytest.param({"Authorization": TOKEN}, id="no-scheme"),
+        pytest.param({"Authorization": f"Basic {TOKEN}"}, id="basic"),
+        pytest.param({"Authorization": "Bearer wrong"}, id="wrong"),
+    ],
+)
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        pytest.param("GET", "/admin/failures", id="failures"),
+        pytest.param("POST", "/admin/tasks/flush_views/run", id="run"),
+    ],
+)
+async def test_admin_routes_need_the_bearer_token(
+    client: httpx.AsyncClient, method: str, path: str, headers: dict[str, str]
+) -> None:
+    r = await client.request(method, path, headers=headers)
+    assert r.status_code == 401
+    assert r.headers["www-authenticate"] == 'Bearer realm="admin"'
+    assert r.json()["error"] == "unauthorized"
+
+
+@pytest.mark.parametrize("token", [pytest.param(None, id="unset"), pytest.param("", id="empty")])
+async def test_admin_routes_do_not_exist_without_a_token(tmp_path: Path, token: str | None) -> None:
+    app = create_app(WebConfig(db=tmp_path / "web.db", admin_token=token))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            failures = await c.get("/admin/failures", headers={"Authorization": "Bearer "})
+            run = await c.post("/admin/tasks/flush_views/run")
+    assert failures.status_code == 404  # /{code} is GET-only and 'admin' is no code
+    assert run.status_code in (404, 405)
+
+
+def explode(e: Event) -> None:
+    raise ValueError("ledger offline")
+
+
+async def test_a_failing_listener_leaves_the_payer_unharmed_and_shows_in_admin_failures(
+    web: Starlette, client: httpx.AsyncClient
+) -> None:
+    app = domain_app(web)
+    app.bus.on(OrderPaid, explode, name="ledger:book")
+    with capture_failures(app.bus) as failures:
+        r = await client.post("/orders/8/pay", json={"user_id": 2, "amount": "5"})
+    assert r.status_code == 202
+    failures.assert_one(listener="ledger:book", error_type=ValueError)
+    listed = await client.get("/admin/failures", params={"event": "order.paid"}, headers=AUTH)
+    assert listed.status_code == 200
+    [row] = listed.json()["failures"]
+    assert (row["listener"], row["error_type"], row["message"]) == (
+        "ledger:book",
+        "ValueError",
+        "ledger offline",
+    )
+    assert json.loads(row["payload"])["order_id"] == 8
+    assert row["status"] == "pending"
+    bad = await client.get("/admin/failures", params={"limit": "0"}, headers=AUTH)
+    assert bad.status_code == 400
+
+
+async def test_admin_runs_a_task_now(web: Starlette, client: httpx.AsyncClient) -> None:
+    app = domain_app(web)
+    async with app.engine.begin() as conn:
+        await conn.execute(insert(articles).values(id=3, title="Cron with seconds"))
+    client.cookies.set("viewer", "v")
+    await client.get("/articles/3")
+    await settle(app.bus)
+    r = await client.post("/admin/tasks/flush_views/run", headers=AUTH)
+    assert r.status_code == 200
+    run = r.json()
+    assert (run["task_name"], run["trigger"], run["status"]) == (
+        "flush_views",
+        "manual",
+        "succeeded",
+    )
+    assert await app.views.counts(3) == {3: 1}
+    missing = await client.post("/admin/tasks/nope/run", headers=AUTH)
+    assert (missing.status_code, missing.json()["error"]) == (404, "unknown_task")
