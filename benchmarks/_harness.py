@@ -1,0 +1,331 @@
+"""Shared timing, table and JSON helpers for the benchmark scripts.
+
+Every case is a *loop*: a function that runs its operation ``n`` times (sync) or awaits it ``n``
+times (async). Baselines are loops too, so the direct call and the bus pay the same loop cost and
+nothing is subtracted. Cases of one table are timed round-robin (one sample of each case per
+round, after a warm-up round), so that a noisy neighbour slows the baseline and the subject
+alike; the garbage collector is off while a sample runs. Each row reports the median, min and
+max ns per operation over the rounds, and its ratio to its baseline row: the median of the
+per-round ratios (the ratio of medians where rounds do not pair up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as _dt
+import gc
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "AsyncLoop",
+    "Options",
+    "Row",
+    "Stats",
+    "SyncLoop",
+    "Table",
+    "environment",
+    "finish",
+    "parse_options",
+    "print_environment",
+    "run_async_cases",
+    "run_sync_cases",
+]
+
+REPEATS = 15  # samples per case (rounds)
+QUICK_REPEATS = 7
+WARMUP = 1  # untimed rounds before sampling
+SAMPLE_SECONDS = 0.01  # target duration of one sample; sets the iteration count
+QUICK_SAMPLE_SECONDS = 0.004
+
+_STARTED = time.monotonic()
+
+SyncLoop = Callable[[int], object]
+AsyncLoop = Callable[[int], Awaitable[object]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Command-line options shared by all scripts."""
+
+    quick: bool
+    json_path: Path | None
+
+    @property
+    def repeats(self) -> int:
+        return QUICK_REPEATS if self.quick else REPEATS
+
+    @property
+    def sample_seconds(self) -> float:
+        return QUICK_SAMPLE_SECONDS if self.quick else SAMPLE_SECONDS
+
+
+def parse_options(description: str | None, argv: Sequence[str] | None = None) -> Options:
+    """Parse ``--quick`` and ``--json PATH``.
+
+    :param description: the script's docstring, shown by ``--help``
+    """
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer and shorter samples")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write results")
+    ns = parser.parse_args(argv)
+    return Options(quick=bool(ns.quick), json_path=ns.json)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    """Samples of one case, in ns per operation (or in the table's unit)."""
+
+    samples: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def min(self) -> float:
+        return min(self.samples)
+
+    @property
+    def max(self) -> float:
+        return max(self.samples)
+
+
+@dataclasses.dataclass
+class Row:
+    """One line of a table; ``stats`` is ``None`` for a case that does not apply (n/a)."""
+
+    label: str
+    stats: Stats | None
+    baseline: str | None = None  # label of the row this one is divided by
+    note: str = ""
+
+
+@dataclasses.dataclass
+class Table:
+    """A titled list of rows with ratios to baseline rows measured in the same run."""
+
+    title: str
+    unit: str = "ns/op"
+    rows: list[Row] = dataclasses.field(default_factory=list)
+    ratio_header: str = "ratio"
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+
+    def ratio(self, row: Row) -> float | None:
+        if row.stats is None or row.baseline is None:
+            return None
+        base = next((r for r in self.rows if r.label == row.baseline), None)
+        if base is None or base.stats is None or base.stats.median == 0:
+            return None
+        mine, theirs = row.stats.samples, base.stats.samples
+        if len(mine) == len(theirs) and all(theirs):
+            # Samples of one round were taken back to back: the median of per-round ratios
+            # cancels most of the machine's drift (other processes, frequency changes).
+            return statistics.median(a / b for a, b in zip(mine, theirs, strict=True))
+        return row.stats.median / base.stats.median
+
+    def render(self) -> str:
+        width = max([len(r.label) for r in self.rows] + [28])
+        head = (
+            f"{'case':<{width}}  {'median':>10}  {'min':>10}  {'max':>10}  "
+            f"{self.ratio_header:>8}  note"
+        )
+        lines = [f"== {self.title} ({self.unit}) ==", head, "-" * len(head)]
+        for row in self.rows:
+            if row.stats is None:
+                cells = f"{'n/a':>10}  {'':>10}  {'':>10}  {'':>8}"
+            else:
+                ratio = self.ratio(row)
+                rtext = "" if ratio is None else f"{ratio:.2f}x"
+                s = row.stats
+                cells = f"{_num(s.median)}  {_num(s.min)}  {_num(s.max)}  {rtext:>8}"
+            lines.append(f"{row.label:<{width}}  {cells}  {row.note}".rstrip())
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "title": self.title,
+            "unit": self.unit,
+            "rows": [
+                {
+                    "label": r.label,
+                    "median": None if r.stats is None else r.stats.median,
+                    "min": None if r.stats is None else r.stats.min,
+                    "max": None if r.stats is None else r.stats.max,
+                    "samples": None if r.stats is None else list(r.stats.samples),
+                    "baseline": r.baseline,
+                    "ratio": self.ratio(r),
+                    "note": r.note,
+                }
+                for r in self.rows
+            ],
+        }
+
+
+def _num(value: float) -> str:
+    if value >= 100_000:
+        return f"{value:>10,.0f}"
+    return f"{value:>10,.1f}"
+
+
+# -- timing ---------------------------------------------------------------------------------------
+
+
+def _calibrate(loop: SyncLoop, seconds: float) -> int:
+    """Iterations that take about *seconds* (timeit's autorange, doubling from 1)."""
+    n = 1
+    while True:
+        start = time.perf_counter_ns()
+        loop(n)
+        elapsed = time.perf_counter_ns() - start
+        if elapsed >= seconds * 1e9 / 4 or n >= 1 << 24:
+            return max(1, int(n * seconds * 1e9 / max(elapsed, 1)))
+        n *= 2
+
+
+async def _calibrate_async(loop: AsyncLoop, seconds: float) -> int:
+    n = 1
+    while True:
+        start = time.perf_counter_ns()
+        await loop(n)
+        elapsed = time.perf_counter_ns() - start
+        if elapsed >= seconds * 1e9 / 4 or n >= 1 << 22:
+            return max(1, int(n * seconds * 1e9 / max(elapsed, 1)))
+        n *= 2
+
+
+def run_sync_cases(
+    cases: Mapping[str, SyncLoop], options: Options, numbers: Mapping[str, int] | None = None
+) -> dict[str, Stats]:
+    """Time each loop round-robin and return ns per operation for each case.
+
+    :param numbers: fixed iteration counts for some cases (default: calibrated)
+    """
+    fixed = numbers or {}
+    counts = {
+        label: fixed.get(label) or _calibrate(loop, options.sample_seconds)
+        for label, loop in cases.items()
+    }
+    samples: dict[str, list[float]] = {label: [] for label in cases}
+    gc_was_enabled = gc.isenabled()
+    try:
+        for rnd in range(WARMUP + options.repeats):
+            for label, loop in cases.items():
+                n = counts[label]
+                gc.collect()
+                gc.disable()
+                start = time.perf_counter_ns()
+                loop(n)
+                elapsed = time.perf_counter_ns() - start
+                gc.enable()
+                if rnd >= WARMUP:
+                    samples[label].append(elapsed / n)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+        else:
+            gc.disable()
+    return {label: Stats(tuple(s)) for label, s in samples.items()}
+
+
+async def run_async_cases(
+    cases: Mapping[str, AsyncLoop], options: Options, numbers: Mapping[str, int] | None = None
+) -> dict[str, Stats]:
+    """Like :func:`run_sync_cases` for loops that await; run it inside the event loop."""
+    fixed = numbers or {}
+    counts = {
+        label: fixed.get(label) or await _calibrate_async(loop, options.sample_seconds)
+        for label, loop in cases.items()
+    }
+    samples: dict[str, list[float]] = {label: [] for label in cases}
+    gc_was_enabled = gc.isenabled()
+    try:
+        for rnd in range(WARMUP + options.repeats):
+            for label, loop in cases.items():
+                n = counts[label]
+                gc.collect()
+                gc.disable()
+                start = time.perf_counter_ns()
+                await loop(n)
+                elapsed = time.perf_counter_ns() - start
+                gc.enable()
+                if rnd >= WARMUP:
+                    samples[label].append(elapsed / n)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+        else:
+            gc.disable()
+    return {label: Stats(tuple(s)) for label, s in samples.items()}
+
+
+# -- environment and output -----------------------------------------------------------------------
+
+_PACKAGES = ("eventbus", "anyio", "pyee", "blinker", "pymitter", "sqlalchemy", "aiosqlite")
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment() -> dict[str, Any]:
+    """What the numbers were measured on: date, machine, Python and package versions."""
+    return {
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{_cpu_model()}, {os.cpu_count()} cores, {platform.system()} "
+        f"{platform.release()}",
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "packages": {name: _version(name) for name in _PACKAGES},
+    }
+
+
+def print_environment(env: Mapping[str, Any]) -> None:
+    pkgs = ", ".join(f"{k} {v}" for k, v in env["packages"].items())
+    print(f"# {env['date']} | {env['machine']} | {env['python']}")
+    print(f"# {pkgs}")
+
+
+def finish(script: str, tables: Sequence[Table], options: Options, env: Mapping[str, Any]) -> None:
+    """Write the JSON file if ``--json`` was given (tables are printed as they complete)."""
+    took = time.monotonic() - _STARTED
+    print(f"# {script}: {took:.1f} s{' (--quick)' if options.quick else ''}")
+    if options.json_path is None:
+        return
+    options.json_path.parent.mkdir(parents=True, exist_ok=True)
+    data = {
+        "script": script,
+        "quick": options.quick,
+        "repeats": options.repeats,
+        "warmup": WARMUP,
+        "seconds": round(took, 1),
+        "environment": dict(env),
+        "tables": [t.to_json() for t in tables],
+    }
+    options.json_path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    print(f"# wrote {options.json_path}")

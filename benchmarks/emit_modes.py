@@ -1,0 +1,287 @@
+"""Sync vs async emit: what each mode costs, and when the publisher gets control back.
+
+Question: how much does ``emit()`` / ``await emit_async()`` cost per event compared with calling
+the listeners yourself, and how long does a slow listener hold up the publisher in each mode?
+The second table is the README's semantics table, in milliseconds.
+
+Run: ``.venv/bin/python benchmarks/emit_modes.py [--quick] [--json PATH]``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import anyio
+from _harness import (
+    AsyncLoop,
+    Options,
+    Row,
+    Stats,
+    SyncLoop,
+    Table,
+    environment,
+    finish,
+    parse_options,
+    print_environment,
+    run_async_cases,
+    run_sync_cases,
+)
+
+from eventbus import Event, EventBus, EventRegistry
+
+SLOW_SECONDS = 0.020  # the slow listener of the latency table
+LATENCY_REPEATS = 7
+QUICK_LATENCY_REPEATS = 3
+BATCH = 100  # emits per wait in the "emit + 10 async listeners" case
+
+registry = EventRegistry()
+
+
+class Ping(Event, name="bench.ping", registry=registry):
+    n: int
+
+
+EVENT = Ping(n=1)
+
+
+def _sync_listeners(count: int) -> list[Callable[[Ping], None]]:
+    def make() -> Callable[[Ping], None]:
+        def listener(event: Ping) -> None:
+            return None
+
+        return listener
+
+    return [make() for _ in range(count)]
+
+
+def _async_listeners(count: int) -> list[Callable[[Ping], Awaitable[None]]]:
+    def make() -> Callable[[Ping], Awaitable[None]]:
+        async def listener(event: Ping) -> None:
+            return None
+
+        return listener
+
+    return [make() for _ in range(count)]
+
+
+def _bus(listeners: list[Callable[[Ping], object]], **options: int) -> EventBus:
+    bus = EventBus(registry=registry, **options)  # type: ignore[arg-type]
+    for i, fn in enumerate(listeners):
+        bus.on(Ping, fn, name=f"listener{i}")
+    return bus
+
+
+# -- (a) throughput ------------------------------------------------------------------------------
+
+
+def sync_cases() -> dict[str, tuple[SyncLoop, str | None]]:
+    """``emit`` with 1 and 10 sync listeners, against calling them directly."""
+    [one] = _sync_listeners(1)
+    ten = tuple(_sync_listeners(10))
+    bus1 = _bus([one])
+    bus10 = _bus(list(ten))
+
+    def direct_1(n: int) -> None:
+        fn, ev = one, EVENT
+        for _ in range(n):
+            fn(ev)
+
+    def direct_10(n: int) -> None:
+        fns, ev = ten, EVENT
+        for _ in range(n):
+            for fn in fns:
+                fn(ev)
+
+    def emit_1(n: int) -> None:
+        bus, ev = bus1, EVENT
+        for _ in range(n):
+            bus.emit(ev)
+
+    def emit_10(n: int) -> None:
+        bus, ev = bus10, EVENT
+        for _ in range(n):
+            bus.emit(ev)
+
+    return {
+        "direct call, 1 sync listener": (direct_1, None),
+        "emit, 1 sync listener": (emit_1, "direct call, 1 sync listener"),
+        "direct loop, 10 sync listeners": (direct_10, None),
+        "emit, 10 sync listeners": (emit_10, "direct loop, 10 sync listeners"),
+    }
+
+
+async def async_throughput(options: Options) -> Table:
+    """``emit`` and ``emit_async`` with 10 listeners, against ``asyncio.gather`` / a direct loop."""
+    afns = tuple(_async_listeners(10))
+    sfns = tuple(_sync_listeners(10))
+    done = 0
+    finished = asyncio.Event()
+    target = 0
+
+    def make_counting() -> Callable[[Ping], Awaitable[None]]:
+        async def listener(event: Ping) -> None:
+            nonlocal done
+            done += 1
+            if done == target:
+                finished.set()
+
+        return listener
+
+    counting = [make_counting() for _ in range(10)]
+    bus_emit = _bus(list(counting), queue_size=BATCH * 10)
+    bus_async = _bus(list(afns))
+    bus_sync = _bus(list(sfns))
+
+    async def gather_10(n: int) -> None:
+        fns, ev = afns, EVENT
+        for _ in range(n):
+            await asyncio.gather(*[fn(ev) for fn in fns])
+
+    async def direct_sync_10(n: int) -> None:
+        fns, ev = sfns, EVENT
+        for _ in range(n):
+            for fn in fns:
+                fn(ev)
+            await asyncio.sleep(0)  # emit_async checkpoints once; so does this
+
+    async def emit_async_10(n: int) -> None:
+        bus, ev = bus_async, EVENT
+        for _ in range(n):
+            await bus.emit_async(ev)
+
+    async def emit_async_sync_10(n: int) -> None:
+        bus, ev = bus_sync, EVENT
+        for _ in range(n):
+            await bus.emit_async(ev)
+
+    async def emit_10_until_done(n: int) -> None:
+        nonlocal done, target
+        bus, ev = bus_emit, EVENT
+        left = n
+        while left:
+            batch = min(left, BATCH)
+            done, target = 0, batch * 10
+            finished.clear()
+            for _ in range(batch):
+                bus.emit(ev)
+            await finished.wait()
+            left -= batch
+
+    cases: dict[str, tuple[AsyncLoop, str | None]] = {
+        "asyncio.gather, 10 async listeners": (gather_10, None),
+        "await emit_async, 10 async listeners": (
+            emit_async_10,
+            "asyncio.gather, 10 async listeners",
+        ),
+        "emit, 10 async listeners, until all done": (
+            emit_10_until_done,
+            "asyncio.gather, 10 async listeners",
+        ),
+        "direct loop + sleep(0), 10 sync listeners": (direct_sync_10, None),
+        "await emit_async, 10 sync listeners": (
+            emit_async_sync_10,
+            "direct loop + sleep(0), 10 sync listeners",
+        ),
+    }
+    async with bus_emit:
+        stats = await run_async_cases({k: v[0] for k, v in cases.items()}, options)
+    table = Table("Async throughput, asyncio, ns per emit", ratio_header="x base")
+    for label, (_, base) in cases.items():
+        table.add(Row(label, stats[label], base))
+    return table
+
+
+def sync_throughput(options: Options) -> Table:
+    cases = sync_cases()
+    stats = run_sync_cases({k: v[0] for k, v in cases.items()}, options)
+    table = Table("Sync throughput, ns per emit", ratio_header="x base")
+    for label, (_, base) in cases.items():
+        table.add(Row(label, stats[label], base))
+    return table
+
+
+# -- (b) publisher latency ------------------------------------------------------------------------
+
+
+def _busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+async def publisher_latency(options: Options) -> list[Table]:
+    """Time until the publisher continues, and until the slow listener is done, in µs."""
+    repeats = QUICK_LATENCY_REPEATS if options.quick else LATENCY_REPEATS
+    finished = asyncio.Event()
+    finished_at = 0.0
+
+    def mark_done() -> None:
+        nonlocal finished_at
+        finished_at = time.perf_counter()
+        finished.set()
+
+    def sync_cpu(event: Ping) -> None:
+        _busy(SLOW_SECONDS)
+        mark_done()
+
+    async def async_sleep(event: Ping) -> None:
+        await anyio.sleep(SLOW_SECONDS)
+        mark_done()
+
+    async def async_cpu(event: Ping) -> None:
+        _busy(SLOW_SECONDS)
+        mark_done()
+
+    back = Table("Publisher latency: time until the publisher gets control back", unit="µs")
+    done = Table("Publisher latency: time until the slow listener has finished", unit="µs")
+    base = "direct call of the sync listener"
+    direct: list[float] = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        sync_cpu(EVENT)
+        direct.append((time.perf_counter() - start) * 1e6)
+    for table in (back, done):
+        table.add(Row(base, Stats(tuple(direct))))
+    listeners: list[tuple[str, Callable[[Ping], object]]] = [
+        ("sync listener, 20 ms CPU", sync_cpu),
+        ("async listener, 20 ms anyio.sleep", async_sleep),
+        ("async listener, 20 ms CPU (no await)", async_cpu),
+    ]
+    for text, fn in listeners:
+        for mode in ("emit", "await emit_async"):
+            back_us: list[float] = []
+            done_us: list[float] = []
+            async with _bus([fn]) as bus:
+                for _ in range(repeats):
+                    finished.clear()
+                    start = time.perf_counter()
+                    if mode == "emit":
+                        bus.emit(EVENT)
+                    else:
+                        await bus.emit_async(EVENT)
+                    back_us.append((time.perf_counter() - start) * 1e6)
+                    await finished.wait()
+                    done_us.append((finished_at - start) * 1e6)
+            back.add(Row(f"{mode}, {text}", Stats(tuple(back_us)), base))
+            done.add(Row(f"{mode}, {text}", Stats(tuple(done_us)), base))
+    return [back, done]
+
+
+def main() -> None:
+    options = parse_options(__doc__)
+    env = environment()
+    print_environment(env)
+    tables = [sync_throughput(options)]
+    print(tables[-1].render(), end="\n\n", flush=True)
+    tables.append(asyncio.run(async_throughput(options)))
+    print(tables[-1].render(), end="\n\n", flush=True)
+    for table in asyncio.run(publisher_latency(options)):
+        tables.append(table)
+        print(table.render(), end="\n\n", flush=True)
+    finish("emit_modes", tables, options, env)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""Run every benchmark script, each in its own process, and keep the JSON results.
+
+What ``make bench`` runs. Each script that exists among :data:`SCRIPTS` runs as
+``python benchmarks/<name>.py --json bench-results/<name>.json`` and prints its tables. The
+whole run must fit in :data:`BUDGET_SECONDS` on a 2-core machine: scripts whose last full run
+(recorded in their JSON) would overflow the budget are run with ``--quick``; with no history,
+:data:`EXPECTED_SECONDS` is the estimate.
+
+Run: ``.venv/bin/python benchmarks/run_all.py [--quick] [--out DIR]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCRIPTS = ("emit_modes", "peers", "scaling", "cron_next", "failure_writes", "counters")
+BUDGET_SECONDS = 240.0  # leaves a minute of the 5-minute budget for setup and slack
+# Full-run estimates on 2 cores, used when a script has no previous JSON result.
+EXPECTED_SECONDS = {"emit_modes": 25.0, "peers": 60.0, "scaling": 90.0}
+DEFAULT_EXPECTED = 30.0
+QUICK_FACTOR = 0.35  # a --quick run takes about this share of a full one
+
+
+def _expected(name: str, out: Path) -> float:
+    """Seconds a full run took last time (from its JSON), or the built-in estimate."""
+    try:
+        data = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return EXPECTED_SECONDS.get(name, DEFAULT_EXPECTED)
+    seconds = data.get("seconds") if isinstance(data, dict) else None
+    if not isinstance(seconds, int | float):
+        return EXPECTED_SECONDS.get(name, DEFAULT_EXPECTED)
+    return float(seconds) / QUICK_FACTOR if data.get("quick") else float(seconds)
+
+
+def plan(names: list[str], out: Path, budget: float, force_quick: bool) -> dict[str, bool]:
+    """Which scripts run with ``--quick``: the slowest first, until the total fits."""
+    quick = dict.fromkeys(names, force_quick)
+    expected = {name: _expected(name, out) for name in names}
+
+    def total() -> float:
+        return sum(e * (QUICK_FACTOR if quick[n] else 1.0) for n, e in expected.items())
+
+    for name in sorted(names, key=lambda n: -expected[n]):
+        if total() <= budget:
+            break
+        quick[name] = True
+    return quick
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="run every script with --quick")
+    parser.add_argument("--out", type=Path, default=Path("bench-results"), help="JSON directory")
+    parser.add_argument("--budget", type=float, default=BUDGET_SECONDS, help="seconds")
+    args = parser.parse_args()
+    names = [n for n in SCRIPTS if (HERE / f"{n}.py").is_file()]
+    missing = [n for n in SCRIPTS if n not in names]
+    quick = plan(names, args.out, args.budget, args.quick)
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(
+        f"# running {', '.join(names)}" + (f" (not present: {', '.join(missing)})" * bool(missing))
+    )
+    failed: list[str] = []
+    start = time.monotonic()
+    for name in names:
+        cmd = [sys.executable, str(HERE / f"{name}.py"), "--json", str(args.out / f"{name}.json")]
+        if quick[name]:
+            cmd.append("--quick")
+        print(f"\n### {name}{' --quick' if quick[name] else ''}", flush=True)
+        if subprocess.run(cmd, check=False).returncode != 0:
+            failed.append(name)
+    print(f"\n# all benchmarks: {time.monotonic() - start:.0f} s; results in {args.out}/")
+    if failed:
+        print(f"# FAILED: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
