@@ -436,19 +436,26 @@ class EventBus:
         except KeyError:
             event = self._coerce(event, payload)
             plan = self._plan_for(event.__class__)
-        if plan.__class__ is _FastPlan:
+        if type(plan) is _FastPlan:  # narrows for mypy, unlike ``plan.__class__``
             depth = self._depth
             if depth >= self.max_depth:
                 raise RecursionLimitError(
                     getattr(event, "__event_name__", str(event)), self.max_depth
                 )
             self._depth = depth + 1
+            event_id = None  # made by the first failure, shared by the emission's others
             try:
                 for fn in plan:
                     try:
                         fn(event)
                     except Exception as exc:
-                        self._fast_failure(event, plan, fn, exc)  # type: ignore[arg-type]
+                        event_id = self._fast_failure(
+                            event,  # type: ignore[arg-type]
+                            plan,
+                            fn,
+                            exc,
+                            event_id,
+                        )
             finally:
                 self._depth = depth
             return None
