@@ -53,19 +53,7 @@ async def test_sync_listener_raising_mid_emit_is_recorded_once(
 
 
 @pytest.mark.parametrize(
-    "retries",
-    [
-        pytest.param(
-            0,
-            id="fast-path",
-            marks=pytest.mark.xfail(
-                reason="emit()'s fast path (plain sync plans) makes a new event id per failure; "
-                "the fix belongs in the emit() body, which the benchmark work owns",
-                strict=True,
-            ),
-        ),
-        pytest.param(1, id="slow-path"),
-    ],
+    "retries", [pytest.param(0, id="fast-path"), pytest.param(1, id="slow-path")]
 )
 async def test_failures_of_one_emission_share_its_event_id(
     bus: EventBus, store: MemoryFailureStore, retries: int

@@ -69,10 +69,10 @@ async def test_timeout_cancels_and_records_a_background_listener(
 
 
 async def test_listener_finishing_in_time_is_not_a_failure(
-    store: MemoryFailureStore, limit: float
+    store: MemoryFailureStore, limit: float, virtual: bool
 ) -> None:
     async def quick(e: Event) -> str:
-        await anyio.sleep(limit / 10)
+        await anyio.sleep(limit / 10 if virtual else 0)  # no real-time race on a loaded machine
         return "done"
 
     bus = EventBus(reg, store)
