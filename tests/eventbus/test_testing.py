@@ -123,13 +123,6 @@ def test_fail_times_without_raises_is_rejected() -> None:
         RecordingListener(fail_times=1)
 
 
-# The core leaves its worker receive stream unclosed when the shutdown grace cancels workers
-# (eventbus/_bus.py _run_workers: recv.close() is skipped on cancellation), which pytest turns
-# into an error under filterwarnings=error. Remove this once the core closes it in a finally.
-_UNCLOSED_STREAM = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-
-
-@_UNCLOSED_STREAM
 async def test_gate_holds_an_async_listener_in_flight_until_shutdown_records_it() -> None:
     gate = anyio.Event()
     rec = AsyncRecordingListener("slow", gate=gate)
@@ -263,7 +256,6 @@ async def test_running_bus_accepts_failures_a_capture_inside_saw() -> None:
         failures.assert_one(listener=explode)
 
 
-@_UNCLOSED_STREAM
 async def test_running_bus_counts_shutdown_failures() -> None:
     gate = anyio.Event()
     slow = AsyncRecordingListener(gate=gate)
