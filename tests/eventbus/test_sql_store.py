@@ -378,3 +378,35 @@ def test_failures_table_has_the_record_fields() -> None:
         "seq",
         *FailureRecord.__dataclass_fields__,
     }
+
+
+async def test_the_sqlite_fast_path_stores_exactly_what_sqlalchemy_would(
+    tmp_path: Path,
+) -> None:
+    """The driver-level batch insert must stay byte-compatible with ``insert(table)``."""
+    from eventbus.backends.sql import _DriverInsert
+
+    plus2 = timezone(timedelta(hours=2))
+    records = [
+        make_record(1),
+        make_record(2).replace(
+            resolved_at=datetime(2026, 2, 1, 1, 2, 3, 4, tzinfo=plus2),
+            status=FailureStatus.RESOLVED,
+            payload_ok=False,
+            note="n",
+        ),
+    ]
+    dumps = []
+    for name, portable in (("fast", False), ("portable", True)):
+        path = tmp_path / f"{name}.db"
+        async with SqlFailureStore(f"sqlite+aiosqlite:///{path}") as store:
+            if portable:
+                store._driver_insert = _DriverInsert("", (), ())
+            for rec in records:
+                store.record(rec)
+            assert [r.id for r in await store.query()] == ["rec-00002", "rec-00001"]
+        with sqlite3.connect(path) as conn:
+            dumps.append(conn.execute("SELECT * FROM eventbus_failures ORDER BY seq").fetchall())
+        conn.close()
+    assert dumps[0] == dumps[1]
+    assert dumps[0][1][-2] == "2026-01-31 23:02:03.000004"  # resolved_at, stored in UTC
