@@ -395,10 +395,10 @@ class EventBus:
         if not name or name not in self.registry or self.registry.get(name) is not cls:
             hint = "emit only events declared in the bus's registry"
             if name in self.registry:
+                own = self.registry.get(name)
                 hint = (
                     f"{cls.__module__}.{cls.__qualname__} is declared in another registry; "
-                    f"the bus's registry declares {name!r} as "
-                    f"{self.registry.get(name).__module__}.{self.registry.get(name).__qualname__}"
+                    f"the bus's registry declares {name!r} as {own.__module__}.{own.__qualname__}"
                 )
             raise UnknownEventError(name or cls.__qualname__, hint)
         return _Plan(tuple(s for s in self._subs if s.pattern == name or matches(s.pattern, name)))
@@ -627,7 +627,7 @@ class EventBus:
         async with anyio.create_task_group() as tg:
             for i, sub in enumerate(plan.listeners):
                 if sub.once:
-                    if sub.fired:  # an emit that started later already ran it: not ours
+                    if sub.fired:  # a nested emit already ran it: not this emit's listener
                         continue
                     sub.fired = True
                     self._remove(sub)
