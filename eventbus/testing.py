@@ -67,7 +67,9 @@ class _Recorder:
         if fail_times is not None and (raises is None or fail_times < 0):
             raise ValueError(f"fail_times={fail_times!r} needs raises= and must be >= 0")
         self.name = name if name is not None else f"{type(self).__name__}#{next(_instances)}"
-        # default_listener_name() reads these: each instance gets its own stable bus name.
+        # default_listener_name() reads these: each instance gets its own stable bus name,
+        # the same whether or not the package re-exports (and renames the module of) the class.
+        self.__module__ = "eventbus.testing"
         self.__qualname__ = self.name
         self.raises = raises
         self.fail_times = fail_times

@@ -62,6 +62,12 @@ def test_each_recording_listener_gets_its_own_default_bus_name() -> None:
     assert RecordingListener("audit").listener_name == "eventbus.testing:audit"
 
 
+def test_default_bus_name_survives_a_package_reexport(monkeypatch: pytest.MonkeyPatch) -> None:
+    # eventbus/__init__ rewrites the __module__ of what it re-exports.
+    monkeypatch.setattr(RecordingListener, "__module__", "eventbus")
+    assert RecordingListener("audit").listener_name == "eventbus.testing:audit"
+
+
 async def test_call_order_merges_listeners_by_global_sequence() -> None:
     bus = EventBus(reg)
     first, second = RecordingListener("first"), AsyncRecordingListener("second")
