@@ -220,6 +220,8 @@ def run_sync_cases(
     }
     samples: dict[str, list[float]] = {label: [] for label in cases}
     gc_was_enabled = gc.isenabled()
+    gc.collect()
+    gc.freeze()  # what set-up built is never scanned again: a collect per sample stays cheap
     try:
         for rnd in range(WARMUP + options.repeats):
             for label, loop in cases.items():
@@ -233,6 +235,7 @@ def run_sync_cases(
                 if rnd >= WARMUP:
                     samples[label].append(elapsed / n)
     finally:
+        gc.unfreeze()
         if gc_was_enabled:
             gc.enable()
         else:
@@ -251,6 +254,8 @@ async def run_async_cases(
     }
     samples: dict[str, list[float]] = {label: [] for label in cases}
     gc_was_enabled = gc.isenabled()
+    gc.collect()
+    gc.freeze()  # what set-up built is never scanned again: a collect per sample stays cheap
     try:
         for rnd in range(WARMUP + options.repeats):
             for label, loop in cases.items():
@@ -264,6 +269,7 @@ async def run_async_cases(
                 if rnd >= WARMUP:
                     samples[label].append(elapsed / n)
     finally:
+        gc.unfreeze()
         if gc_was_enabled:
             gc.enable()
         else:
@@ -301,13 +307,15 @@ def environment() -> dict[str, Any]:
         "machine": f"{_cpu_model()}, {os.cpu_count()} cores, {platform.system()} "
         f"{platform.release()}",
         "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "packages": {name: _version(name) for name in _PACKAGES},
     }
 
 
 def print_environment(env: Mapping[str, Any]) -> None:
     pkgs = ", ".join(f"{k} {v}" for k, v in env["packages"].items())
-    print(f"# {env['date']} | {env['machine']} | {env['python']}")
+    load = ", ".join(str(x) for x in env["load_average"])
+    print(f"# {env['date']} | {env['machine']} | {env['python']} | load average {load}")
     print(f"# {pkgs}")
 
 
