@@ -28,6 +28,7 @@ Where the facade differs from pyee, on purpose:
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping
@@ -54,6 +55,16 @@ __all__ = [
 CallShape = Literal["event", "kwargs"]
 H = TypeVar("H", bound=Callable[..., Any])
 Converter = type[Event] | Callable[..., Event]
+
+# What the bridges are forwarding right now, so that an event is never sent back where it came
+# from (one emitter bridged both ways would loop): emitters that bridge_from_pyee is reading
+# from, and (emitter, event) pairs that bridge_to_pyee is writing to.
+_from: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar(
+    "eventbus_pyee_from", default=()
+)
+_to: contextvars.ContextVar[tuple[tuple[int, Event], ...]] = contextvars.ContextVar(
+    "eventbus_pyee_to", default=()
+)
 
 # pyee emits these itself; they are never forwarded, mapped or rejected.
 _PYEE_SPECIAL = frozenset({"error", "new_listener"})
@@ -149,7 +160,7 @@ def bridge_from_pyee(
     converters = {name: _converter(bus, name, conv) for name, conv in mapping.items()}
     undo: list[Callable[[], None]] = []
     for name, convert in converters.items():
-        handler = functools.partial(_forward, bus, convert)
+        handler = functools.partial(_forward, emitter, bus, convert)
         emitter.add_listener(name, handler)
         undo.append(functools.partial(_remove, emitter, name, handler))
     if unmapped == "reject":
@@ -203,8 +214,17 @@ def _checked(pyee_name: str, conv: Callable[..., Event], *args: Any, **kwargs: A
     return event
 
 
-def _forward(bus: EventBus, convert: Callable[..., Event], *args: Any, **kwargs: Any) -> None:
-    bus.emit(convert(*args, **kwargs))
+def _forward(
+    emitter: EventEmitter, bus: EventBus, convert: Callable[..., Event], *args: Any, **kwargs: Any
+) -> None:
+    event = convert(*args, **kwargs)
+    if any(eid == id(emitter) and sent == event for eid, sent in _to.get()):
+        return  # bridge_to_pyee is sending this very event to this emitter: an echo
+    token = _from.set((*_from.get(), id(emitter)))
+    try:
+        bus.emit(event)
+    finally:
+        _from.reset(token)
 
 
 def _remove(emitter: EventEmitter, name: str, handler: Callable[..., Any]) -> None:
@@ -248,8 +268,10 @@ def bridge_to_pyee(
     """Forward bus events matching *pattern* to ``emitter.emit(event_name, ...)``.
 
     The forwarder is one sync bus listener, so a pyee listener that raises (or an
-    ``AsyncIOEventEmitter`` ``error`` nobody handles) is recorded by the bus as that
-    listener's failure, and can be retried from the failure table.
+    ``AsyncIOEventEmitter`` ``error`` nobody handles) is recorded by the bus as that listener's
+    failure, and can be retried from the failure table. An event is never sent back where it
+    came from, so one emitter can be bridged both ways (events are compared by value, which
+    covers ``call="kwargs"``).
 
     :param name: the forwarder's listener name (default
         ``eventbus.interop.pyee:to_pyee[<pattern>]``); give one per bridge on the same pattern
@@ -260,10 +282,16 @@ def bridge_to_pyee(
     spread = _call_shape(call)
 
     def to_pyee(event: Event) -> None:
-        if spread:
-            emitter.emit(event.event_name, **_fields(event))
-        else:
-            emitter.emit(event.event_name, event)
+        if id(emitter) in _from.get():
+            return  # it came from this emitter: sending it back would loop
+        token = _to.set((*_to.get(), (id(emitter), event)))
+        try:
+            if spread:
+                emitter.emit(event.event_name, **_fields(event))
+            else:
+                emitter.emit(event.event_name, event)
+        finally:
+            _to.reset(token)
 
     bus.on(target, to_pyee, name=lname)
     return PyeeBridge(f"{target!r} -> {type(emitter).__name__}", [lambda: bus.off(target, lname)])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import pytest
@@ -276,6 +276,23 @@ def test_a_failing_pyee_listener_behind_bridge_to_pyee_is_a_bus_failure() -> Non
     rec = failures.assert_one(error_type=ValueError)
     assert rec.listener == "eventbus.interop.pyee:to_pyee[order.paid]"
     assert survivor.count == 1
+
+
+@pytest.mark.parametrize("call", ["event", "kwargs"])
+def test_one_emitter_bridged_both_ways_does_not_loop(call: Literal["event", "kwargs"]) -> None:
+    ee, bus = EventEmitter(), EventBus(reg)
+    pyee_side: list[object] = []
+    bus_side = RecordingListener()
+    ee.on("order.paid", lambda *args, **kwargs: pyee_side.append(args or kwargs))
+    bus.on(OrderPaid, bus_side)
+    bridge_from_pyee(ee, bus, {"order.paid": OrderPaid})
+    bridge_to_pyee(bus, ee, "order.*", call=call)
+    with capture_failures(bus) as failures:
+        ee.emit("order.paid", order_id=1)  # from pyee: reaches the bus once, no echo
+        bus.emit(OrderPaid(order_id=2))  # from the bus: reaches pyee once, no echo
+    failures.assert_none()
+    assert len(pyee_side) == 2
+    assert bus_side.events == [OrderPaid(order_id=1), OrderPaid(order_id=2)]
 
 
 async def test_a_failed_forward_to_pyee_can_be_retried_from_the_failure_table() -> None:
