@@ -192,9 +192,13 @@ class _BadRequest(Exception):
 
 
 async def _json_object(request: Request) -> dict[str, Any]:
-    body = await request.body()
-    if len(body) > MAX_BODY:
-        raise _BadRequest(f"the body is {len(body)} bytes; at most {MAX_BODY} are accepted")
+    chunks, size = [], 0
+    async for chunk in request.stream():  # stop reading at the limit, not after the whole body
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise _BadRequest(f"the body is over {MAX_BODY} bytes; send a smaller JSON object")
+        chunks.append(chunk)
+    body = b"".join(chunks)
     try:
         data = json.loads(body or b"null")
     except ValueError as exc:

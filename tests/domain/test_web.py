@@ -177,6 +177,12 @@ async def test_a_body_that_is_not_json_is_a_json_error(client: httpx.AsyncClient
     assert r.json()["detail"].startswith("the body is not JSON")
 
 
+async def test_an_oversized_body_is_refused(client: httpx.AsyncClient) -> None:
+    r = await client.post("/links", json={"url": "https://example.com/" + "a" * 20_000})
+    assert r.status_code == 400
+    assert r.json()["detail"] == "the body is over 16384 bytes; send a smaller JSON object"
+
+
 async def test_unknown_and_expired_codes_are_404(web: Starlette, client: httpx.AsyncClient) -> None:
     app = domain_app(web)
     visits = RecordingListener()
