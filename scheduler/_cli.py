@@ -17,10 +17,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ._cron import CronExpression
 from ._exceptions import CronSyntaxError
+from ._loop import Scheduler
+from ._run import RunRecord
 
 __all__ = ["build_parser", "main"]
 
 EXIT_OK = 0
+EXIT_FAILED = 1  # trigger: the run failed or was skipped
 EXIT_USAGE = 2
 
 Handler = Callable[[argparse.Namespace], int]
@@ -35,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m scheduler", description=__doc__.split("\n")[0])
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_next(subparsers)
+    _add_runs(subparsers)
+    _add_trigger(subparsers)
     return parser
 
 
@@ -109,3 +114,134 @@ def _run_next(args: argparse.Namespace) -> int:
     for t in times:
         print(f"{t.isoformat():<{width}}  {t.astimezone(UTC).isoformat().replace('+00:00', 'Z')}")
     return EXIT_OK
+
+
+# -- runs ------------------------------------------------------------------------------------
+
+
+def _add_runs(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "runs",
+        help="list recorded runs, newest first",
+        description="List runs from the run table, newest first.",
+    )
+    p.add_argument("--db", required=True, metavar="URL", help="SQLAlchemy async URL")
+    p.add_argument("--task", metavar="NAME", help="only this job")
+    p.add_argument(
+        "--status",
+        choices=["running", "succeeded", "failed", "skipped", "abandoned"],
+        help="only runs in this status",
+    )
+    p.add_argument("-n", "--limit", type=_positive_int, default=20, metavar="N")
+    p.set_defaults(handler=_run_runs)
+
+
+def _run_runs(args: argparse.Namespace) -> int:
+    import anyio
+
+    records = anyio.run(_query_runs, args, backend="asyncio")
+    if not records:
+        print("no runs match", file=sys.stderr)
+        return EXIT_OK
+    rows = [
+        (
+            r.started_at.isoformat(timespec="seconds").replace("+00:00", "Z"),
+            r.task_name,
+            r.trigger,
+            r.status + (" LOCK-LOST" if r.lock_lost else ""),
+            "" if r.fence is None else str(r.fence),
+            r.replica,
+            r.trace_id,
+            (r.error or "").splitlines()[0][:80] if r.error else "",
+        )
+        for r in records
+    ]
+    header = ("started_at", "task", "trigger", "status", "fence", "replica", "trace", "error")
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
+    for row in (header, *rows):
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return EXIT_OK
+
+
+async def _query_runs(args: argparse.Namespace) -> list[RunRecord]:
+    from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+
+    from .backends.sql import SqlRunStore
+
+    try:
+        store = SqlRunStore.from_url(args.db, create=False)
+    except (ArgumentError, NoSuchModuleError, ValueError) as exc:
+        raise _InputError(f"--db {args.db!r} is not a usable database URL: {exc}") from None
+    try:
+        return await store.query(task_name=args.task, status=args.status, limit=args.limit)
+    except DBAPIError as exc:
+        where = store.engine.url.render_as_string(hide_password=True)
+        raise _InputError(f"cannot read runs from {where!r}: {exc.orig}") from None
+    finally:
+        await store.aclose()
+
+
+# -- trigger ---------------------------------------------------------------------------------
+
+
+def _add_trigger(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "trigger",
+        help="run a job now, through its lock and run table",
+        description="Run job NAME of the scheduler at --app now (trigger 'manual'). "
+        "Exit code 0 if it succeeded, 1 if it failed or was skipped.",
+    )
+    p.add_argument("name", metavar="NAME", help="the job's name")
+    p.add_argument(
+        "--app",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="a Scheduler, or a function returning one (e.g. 'myapp.jobs:sched')",
+    )
+    p.set_defaults(handler=_run_trigger)
+
+
+def _load_scheduler(spec: str) -> Scheduler:
+    import importlib
+
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise _InputError(f"--app {spec!r} must look like 'package.module:attribute'")
+    try:
+        obj: object = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise _InputError(f"--app {spec!r}: cannot import {module_name!r}: {exc}") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise _InputError(f"--app {spec!r}: {module_name!r} has no {attr!r}") from None
+    if not isinstance(obj, Scheduler) and callable(obj):
+        obj = obj()
+    if not isinstance(obj, Scheduler):
+        raise _InputError(f"--app {spec!r} is a {type(obj).__name__}, not a Scheduler")
+    return obj
+
+
+def _run_trigger(args: argparse.Namespace) -> int:
+    import anyio
+
+    sched = _load_scheduler(args.app)
+    if args.name not in {j.name for j in sched.jobs()}:
+        known = ", ".join(repr(j.name) for j in sched.jobs()) or "none"
+        raise _InputError(f"no job named {args.name!r} in {args.app!r}; known jobs: {known}")
+
+    async def trigger() -> RunRecord:
+        try:
+            return await sched.trigger(args.name)
+        finally:
+            await sched.runs.aclose()
+            # This process ends here: dispose an engine the app handed to its store too.
+            engine = getattr(sched.runs, "engine", None)
+            if engine is not None and hasattr(engine, "dispose"):
+                await engine.dispose()
+
+    rec = anyio.run(trigger, backend="asyncio")
+    detail = f": {rec.error}" if rec.error else ""
+    print(f"{rec.task_name}: {rec.status} (run {rec.id}, trace {rec.trace_id}){detail}")
+    return EXIT_OK if rec.status == "succeeded" else EXIT_FAILED
