@@ -410,3 +410,40 @@ async def test_the_sqlite_fast_path_stores_exactly_what_sqlalchemy_would(
         conn.close()
     assert dumps[0] == dumps[1]
     assert dumps[0][1][-2] == "2026-01-31 23:02:03.000004"  # resolved_at, stored in UTC
+
+
+class Odd(Event, name="odd.thing", registry=reg):
+    thing: object
+
+
+async def test_an_unencodable_payload_is_still_recorded_as_repr(db_url: str) -> None:
+    store = SqlFailureStore(db_url)
+    bus = EventBus(reg, store)
+
+    @bus.on(Odd, name="boom")
+    def boom(e: Odd) -> None:
+        raise ValueError("boom")
+
+    event = Odd(thing={1, 2})  # a set under ``object``: the codec cannot encode it
+    with anyio.fail_after(5):
+        async with bus:
+            bus.emit(event)
+            [row] = await store.query()
+    assert (row.payload_ok, row.payload) == (False, repr(event))
+
+
+async def test_the_store_starts_again_when_the_bus_is_entered_again(
+    db_url: str, db_path: Path
+) -> None:
+    store = SqlFailureStore(db_url)
+    bus = EventBus(reg, store)
+
+    @bus.on(OrderPaid, name="boom")
+    def boom(e: OrderPaid) -> None:
+        raise ValueError("boom")
+
+    with anyio.fail_after(5):
+        for n in range(3):
+            async with bus:
+                bus.emit(OrderPaid(order_id=n))
+            assert len(table_rows(db_path)) == n + 1
