@@ -10,14 +10,17 @@ import pytest
 
 from eventbus import Event, EventBus, EventRegistry
 from scheduler import (
+    LocalLock,
     MemoryRunStore,
     RunContext,
     RunRecord,
     Scheduler,
+    SystemClock,
     TraceIdFilter,
     VirtualClock,
     current_trace_id,
 )
+from scheduler.abc import Clock
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -274,3 +277,43 @@ async def test_manual_trigger_runs_now_with_trigger_manual_without_the_loop() ->
     assert (record.status, record.trigger, record.scheduled_at) == ("succeeded", "manual", None)
     assert [r.trigger for r in seen] == ["manual"]
     assert await runs.get(record.id) == record
+
+
+@pytest.mark.parametrize(
+    ("renew", "lock_lost", "held_throughout"),
+    [
+        pytest.param(True, False, True, id="renewed"),
+        pytest.param(False, True, False, id="expired"),
+    ],
+)
+async def test_a_run_longer_than_its_lock_ttl_keeps_it_only_with_renew(
+    renew: bool, lock_lost: bool, held_throughout: bool
+) -> None:
+    clock = VirtualClock(T0)
+    lock = LocalLock(clock.now)
+    sched = Scheduler(clock=clock, lock=lock)
+    held: list[bool] = []
+
+    @sched.interval(seconds=3600, name="long", lock_ttl=30, renew=renew)
+    async def long(run: RunContext) -> None:
+        for _ in range(10):  # 100 s of virtual work, more than three TTLs
+            await clock.sleep(10)
+            held.append(lock.holder("long") is not None)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            result: list[RunRecord] = []
+
+            async def trigger() -> None:
+                result.append(await sched.trigger("long"))
+
+            tg.start_soon(trigger)
+            await clock.advance(100)
+    [rec] = result
+    assert (rec.status, rec.lock_lost, all(held)) == ("succeeded", lock_lost, held_throughout)
+    assert sched.statistics().lock_lost == int(lock_lost)
+
+
+def test_clocks_fit_the_protocol() -> None:
+    _: Clock = VirtualClock()
+    _ = SystemClock()
