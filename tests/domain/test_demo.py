@@ -37,7 +37,8 @@ async def test_demo_on_embedded_defaults(
 ) -> None:
     with anyio.fail_after(25):
         await run_demo(tmp_path / "demo.db", seconds=4)
-    check_summary(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    check_summary(out)
     assert (tmp_path / "demo.db").exists()
 
 
@@ -46,4 +47,5 @@ async def test_demo_with_redis(
 ) -> None:
     with anyio.fail_after(25):
         await run_demo(tmp_path / "demo.db", redis_url=redis_url, seconds=4)
-    check_summary(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    check_summary(out)

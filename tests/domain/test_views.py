@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -11,16 +13,18 @@ import pytest
 from anyio import wait_all_tasks_blocked
 from anyio.lowlevel import checkpoint
 from sqlalchemy import event, insert, select
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from domain.abc import CounterStore
 from domain.backends.memory import MemoryCounterStore
 from domain.backends.redis import RedisCounterStore
-from domain.db import articles, flush_ledger
+from domain.counters import Counter
+from domain.db import articles, create_tables, flush_ledger, short_links
 from domain.views import ArticleViews
 from tests.domain.conftest import FakeClock, advance
 
 N_ARTICLES = 20
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -58,6 +62,20 @@ async def test_viewer_counts_once_per_window(
         await advance(store, clock, 2)
         await views.view(1, "alice")
         assert await views.pending() == {1: 3, 2: 1}
+
+
+@pytest.mark.parametrize(
+    "viewer",
+    [
+        pytest.param("", id="empty"),
+        pytest.param("a\tb", id="tab"),
+        pytest.param("a\n", id="newline"),
+    ],
+)
+async def test_unusable_viewer_keys_are_refused(views: ArticleViews, viewer: str) -> None:
+    with pytest.raises(ValueError, match="without tabs or newlines"):
+        await views.view(1, viewer)
+    assert await views.pending() == {}
 
 
 async def test_flush_adds_deltas_to_sql_and_clears_pending(views: ArticleViews) -> None:
@@ -186,6 +204,35 @@ async def test_stage_whose_reply_was_lost_is_applied_by_the_next_flush(
         report = await views.flush()
         assert (report.applied, report.total) == (1, 3)
         assert await views.counts(2) == {2: 3}
+
+
+async def test_counters_with_other_key_types_share_connections(tmp_path: Path) -> None:
+    """Regression: a temporary delta table of an int-keyed counter, left on a pooled
+    connection, made a str-keyed counter's flush fail and its counts be taken as applied."""
+    engine = create_async_engine(
+        f"sqlite+aiosqlite:///{tmp_path}/one.db", pool_size=1, max_overflow=0
+    )
+    try:
+        await create_tables(engine)
+        async with engine.begin() as conn:
+            await conn.execute(insert(articles).values(id=1, title="a"))
+            await conn.execute(
+                insert(short_links).values(code="docs", url="https://e.com", created_at=T0)
+            )
+        store = MemoryCounterStore()
+        views = Counter(store, engine, name="views", column=articles.c.view_count)
+        clicks = Counter(store, engine, name="clicks", column=short_links.c.clicks)
+        with anyio.fail_after(5):
+            for round_ in range(2):
+                await views.hit(1, f"v{round_}")
+                await clicks.hit("docs")
+                await views.flush()
+                await clicks.flush()
+            async with engine.connect() as conn:
+                assert await conn.scalar(select(articles.c.view_count)) == 2
+                assert await conn.scalar(select(short_links.c.clicks)) == 2
+    finally:
+        await engine.dispose()
 
 
 async def test_pre_aggregation_buffers_until_window_or_batch(engine: AsyncEngine) -> None:

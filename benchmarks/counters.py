@@ -1,0 +1,334 @@
+"""How many views per second does one process ingest, and how long does a 100k-id flush take?
+
+Ingestion: N views of distinct viewers over 10,000 articles (every view is fresh, the worst
+case for the dedupe), counted four ways against Redis — naive (``SET NX EX`` then ``HINCRBY``,
+two awaited round trips per view), pipelined (the same commands in pipelines of 1,000 views),
+one Lua script per view (``domain.Counter`` without a window), and pre-aggregated
+(``domain.Counter`` with a 200 ms window, batches of 5,000 sent as one script) — plus the
+memory store. Flush: 100,000 pending ids staged, applied to SQLite as deltas in one
+transaction with the ledger row, and dropped (``ArticleViews.flush``). Targets: at least
+100,000 views/s pre-aggregated, and a 100k-id flush under 2 s.
+
+A throwaway ``redis-server`` is started on a free port; without one, the Redis rows print
+``n/a (redis-server not installed)``.
+
+Run::
+
+    .venv/bin/python benchmarks/counters.py [--quick] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+from sqlalchemy import insert
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from domain.abc import CounterStore
+from domain.backends.memory import MemoryCounterStore
+from domain.backends.redis import RedisCounterStore, connect
+from domain.db import articles, create_tables
+from domain.views import ArticleViews
+
+REPEATS = 3
+QUICK_REPEATS = 1
+WARMUP = 1
+VIEWS = 20_000  # views per ingestion sample (naive and per-view script use VIEWS_SLOW)
+VIEWS_SLOW = 1_000
+QUICK_VIEWS, QUICK_VIEWS_SLOW = 10_000, 500
+ARTICLES = 10_000
+FLUSH_IDS = 100_000
+FLUSH_REPEATS, QUICK_FLUSH_REPEATS = 2, 1
+PIPELINE = 1_000
+WINDOW, BATCH = 0.2, 5_000
+YIELD_EVERY = 100  # view_nowait cases yield to the event loop this often
+TARGET_VIEWS_PER_S = 100_000
+TARGET_FLUSH_S = 2.0
+
+Sample = Callable[[int, int], Awaitable[None]]  # (round, n) -> runs n views
+
+
+# -- a throwaway redis-server (the logic of tests/redis_server.py, kept small) ---------------------
+
+
+class Server:
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="bench-redis-")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        binary = shutil.which("redis-server")
+        assert binary is not None
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.dir],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.02)
+        raise RuntimeError("redis-server did not start")
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(5)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# -- ingestion workloads ------------------------------------------------------------------------
+
+
+def naive(redis: Redis) -> Sample:
+    """Two awaited round trips per view: SET NX EX, then HINCRBY when fresh."""
+
+    async def run(rnd: int, n: int) -> None:
+        for i in range(n):
+            item = i % ARTICLES
+            if await redis.set(f"b:seen:{item}:r{rnd}v{i}", 1, nx=True, ex=600):
+                await redis.hincrby(f"b:pending:{item % 16}", str(item), 1)
+
+    return run
+
+
+def pipelined(redis: Redis) -> Sample:
+    """The same commands in pipelines of PIPELINE views: two round trips per pipeline."""
+
+    async def run(rnd: int, n: int) -> None:
+        for start in range(0, n, PIPELINE):
+            items = [i % ARTICLES for i in range(start, min(n, start + PIPELINE))]
+            async with redis.pipeline(transaction=False) as pipe:
+                for k, item in enumerate(items):
+                    pipe.set(f"b:seen:{item}:r{rnd}p{start + k}", 1, nx=True, ex=600)
+                fresh = await pipe.execute()
+            async with redis.pipeline(transaction=False) as pipe:
+                for item, ok in zip(items, fresh, strict=True):
+                    if ok:
+                        pipe.hincrby(f"b:pending:{item % 16}", str(item), 1)
+                await pipe.execute()
+
+    return run
+
+
+def counter_nowait(store: CounterStore, engine: AsyncEngine) -> Sample:
+    """``ArticleViews.view_nowait`` per view (a request handler yields on its own)."""
+
+    async def run(rnd: int, n: int) -> None:
+        views = ArticleViews(store, engine, window=WINDOW, max_batch=BATCH)
+        async with views:
+            for i in range(n):
+                views.view_nowait(i % ARTICLES, f"r{rnd}c{i}")
+                if i % YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
+
+    return run
+
+
+def counter(store: CounterStore, engine: AsyncEngine, window: float | None) -> Sample:
+    """``ArticleViews.view`` per view; with a window, sent in batches and on close."""
+
+    async def run(rnd: int, n: int) -> None:
+        views = ArticleViews(store, engine, window=window, max_batch=BATCH)
+        async with views:
+            for i in range(n):
+                await views.view(i % ARTICLES, f"r{rnd}c{i}")
+
+    return run
+
+
+async def measure(
+    cases: dict[str, tuple[Sample | None, int]], repeats: int
+) -> dict[str, list[float] | None]:
+    """Views per second of each case, round-robin over the rounds (the first is a warm-up)."""
+    out: dict[str, list[float] | None] = {
+        k: (None if f is None else []) for k, (f, _) in cases.items()
+    }
+    for rnd in range(WARMUP + repeats):
+        for label, (fn, n) in cases.items():
+            if fn is None:
+                continue
+            start = time.perf_counter()
+            await fn(rnd, n)
+            rate = n / (time.perf_counter() - start)
+            samples = out[label]
+            if rnd >= WARMUP and samples is not None:
+                samples.append(rate)
+    return out
+
+
+# -- flush ------------------------------------------------------------------------------------
+
+
+async def flush_seconds(store: CounterStore, engine: AsyncEngine, repeats: int) -> list[float]:
+    """Seconds to flush FLUSH_IDS pending ids (the fill is not timed)."""
+    views = ArticleViews(store, engine)
+    times = []
+    for _ in range(repeats):
+        for start in range(0, FLUSH_IDS, 20_000):
+            hits = [(str(i), None) for i in range(start + 1, start + 20_001)]
+            await store.record("views", hits, dedupe_ttl=600)
+        start_t = time.perf_counter()
+        report = await views.flush()
+        times.append(time.perf_counter() - start_t)
+        assert report.items == FLUSH_IDS, report
+    return times
+
+
+# -- output -----------------------------------------------------------------------------------
+
+
+def render(title: str, unit: str, rows: list[dict[str, Any]]) -> str:
+    head = f"{'case':<34} {'median':>12} {'min':>12} {'max':>12} {'ratio':>8}"
+    lines = [f"== {title} ({unit}) ==", head, "-" * len(head)]
+    for r in rows:
+        if r["median"] is None:
+            lines.append(f"{r['label']:<34} {'n/a (' + r['note'] + ')':>12}")
+            continue
+        ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+        fmt = "{:>12,.0f}" if unit == "views/s" else "{:>12.3f}"
+        cells = " ".join(fmt.format(r[k]) for k in ("median", "min", "max"))
+        lines.append(f"{r['label']:<34} {cells} {ratio:>8}")
+    return "\n".join(lines)
+
+
+def row(
+    label: str, samples: list[float] | None, base: list[float] | None, note: str = ""
+) -> dict[str, Any]:
+    if samples is None:
+        return {
+            "label": label,
+            "median": None,
+            "min": None,
+            "max": None,
+            "ratio": None,
+            "note": note,
+        }
+    med = statistics.median(samples)
+    ratio = None if base is None else med / statistics.median(base)
+    return {"label": label, "median": med, "min": min(samples), "max": max(samples),
+            "ratio": ratio, "samples": samples, "note": note}  # fmt: skip
+
+
+async def main_async(quick: bool) -> dict[str, Any]:
+    repeats = QUICK_REPEATS if quick else REPEATS
+    n_fast, n_slow = (QUICK_VIEWS, QUICK_VIEWS_SLOW) if quick else (VIEWS, VIEWS_SLOW)
+    tmp = tempfile.mkdtemp(prefix="bench-counters-")
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp}/bench.db")
+    await create_tables(engine)
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(articles), [{"id": i, "title": "t"} for i in range(FLUSH_IDS + 1)]
+        )
+    server = Server() if shutil.which("redis-server") else None
+    client = None if server is None else connect(server.url, socket_timeout=10)
+    na = "redis-server not installed"
+    try:
+        redis_store = None if client is None else RedisCounterStore(client)
+        mem = MemoryCounterStore()
+        cases: dict[str, tuple[Sample | None, int]] = dict.fromkeys(
+            [
+                "redis naive (2 RTT/view)",
+                "redis pipelined (1000/pipe)",
+                "redis script per view",
+                "redis pre-aggregated, await view",
+                "redis pre-aggregated, view_nowait",
+            ],
+            (None, 0),
+        )
+        if client is not None and redis_store is not None:
+            rs = redis_store
+            cases = {
+                "redis naive (2 RTT/view)": (naive(client), n_slow),
+                "redis pipelined (1000/pipe)": (pipelined(client), n_fast),
+                "redis script per view": (counter(rs, engine, None), n_slow),
+                "redis pre-aggregated, await view": (counter(rs, engine, WINDOW), n_fast),
+                "redis pre-aggregated, view_nowait": (counter_nowait(rs, engine), n_fast),
+            }
+        cases |= {
+            "memory per view": (counter(mem, engine, None), n_fast),
+            "memory pre-aggregated, await view": (counter(mem, engine, WINDOW), n_fast),
+            "memory pre-aggregated, view_nowait": (counter_nowait(mem, engine), n_fast),
+        }
+        rates = await measure(cases, repeats)
+        if client is not None:
+            await client.flushall()
+        base = rates["redis naive (2 RTT/view)"]
+        ingest = [row(k, v, base, "" if v is not None else na) for k, v in rates.items()]
+        f_repeats = QUICK_FLUSH_REPEATS if quick else FLUSH_REPEATS
+        mem_flush = await flush_seconds(MemoryCounterStore(), engine, f_repeats)
+        red_flush = (
+            None if redis_store is None else await flush_seconds(redis_store, engine, f_repeats)
+        )
+        flush = [
+            row("memory store -> SQLite", mem_flush, None),
+            row("redis store -> SQLite", red_flush, mem_flush, "" if red_flush else na),
+        ]
+    finally:
+        if client is not None:
+            await client.aclose()
+        if server is not None:
+            server.close()
+        await engine.dispose()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(render(f"ingestion: views/s in one process ({repeats} rounds)", "views/s", ingest))
+    print()
+    print(render(f"flush of {FLUSH_IDS:,} pending ids ({f_repeats} rounds)", "s", flush))
+    pre = rates["redis pre-aggregated, view_nowait"] or rates["memory pre-aggregated, view_nowait"]
+    rate_ok = pre is not None and statistics.median(pre) >= TARGET_VIEWS_PER_S
+    worst = max(statistics.median(red_flush or mem_flush), statistics.median(mem_flush))
+    print(f"\ntarget >= {TARGET_VIEWS_PER_S:,} views/s pre-aggregated: {_verdict(rate_ok)}")
+    print(f"target 100k-id flush < {TARGET_FLUSH_S} s: {_verdict(worst < TARGET_FLUSH_S)}")
+    return {"ingestion": ingest, "flush": flush}
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer and smaller samples")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
+    args = parser.parse_args()
+    started = time.monotonic()
+    print(f"# {datetime.now(UTC):%Y-%m-%d %H:%M} UTC | {platform.processor() or platform.machine()}"
+          f", {os.cpu_count()} cores | Python {platform.python_version()}")  # fmt: skip
+    tables = asyncio.run(main_async(args.quick))
+    took = time.monotonic() - started
+    print(f"# counters: {took:.1f} s{' (--quick)' if args.quick else ''}")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        data = {"script": "counters", "quick": args.quick, "seconds": round(took, 1), **tables}
+        args.json.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
