@@ -141,27 +141,56 @@ class Scheduler:
     # -- registry -------------------------------------------------------------------------------
 
     def cron(
-        self, expr: str, *, name: str | None = None, tz: str = "UTC", **options: Any
+        self,
+        expr: str,
+        *,
+        name: str | None = None,
+        tz: str = "UTC",
+        wait_for_completion: bool = True,
+        lock_ttl: float = 300.0,
+        renew: bool = False,
+        misfire_grace: float | None = None,
     ) -> Callable[[JobFunction], JobFunction]:
         """Register the decorated function to fire at the times of ``expr`` in ``tz``.
 
-        Options: ``wait_for_completion=True``, ``lock_ttl=300``, ``renew=False``,
-        ``misfire_grace=None``.
+        :param name: the job's name (default ``module:qualname``)
+        :param wait_for_completion: skip (not queue) a fire while the previous run goes on
+        :param lock_ttl: seconds the job's lock lives (with a lock)
+        :param renew: extend the lock every ``lock_ttl / 3``; cancel the run if that fails
+        :param misfire_grace: seconds a fire may be late and still run (default: the
+            scheduler's)
         """
-        trigger = CronTrigger(CronExpression(expr, tz))
-        return self._decorator(trigger, name, options)
+        options = _options(wait_for_completion, lock_ttl, renew, misfire_grace)
+        return self._decorator(CronTrigger(CronExpression(expr, tz)), name, options)
 
     def interval(
-        self, *, seconds: float, name: str | None = None, **options: Any
+        self,
+        *,
+        seconds: float,
+        name: str | None = None,
+        wait_for_completion: bool = True,
+        lock_ttl: float = 300.0,
+        renew: bool = False,
+        misfire_grace: float | None = None,
     ) -> Callable[[JobFunction], JobFunction]:
         """Register the decorated function to fire every ``seconds``, first one interval
-        after the scheduler starts."""
+        after the scheduler starts; options as :meth:`cron`."""
+        options = _options(wait_for_completion, lock_ttl, renew, misfire_grace)
         return self._decorator(IntervalTrigger(seconds), name, options)
 
     def timeout(
-        self, *, seconds: float, name: str | None = None, **options: Any
+        self,
+        *,
+        seconds: float,
+        name: str | None = None,
+        wait_for_completion: bool = True,
+        lock_ttl: float = 300.0,
+        renew: bool = False,
+        misfire_grace: float | None = None,
     ) -> Callable[[JobFunction], JobFunction]:
-        """Register the decorated function to fire once, ``seconds`` after start."""
+        """Register the decorated function to fire once, ``seconds`` after start; options
+        as :meth:`cron`."""
+        options = _options(wait_for_completion, lock_ttl, renew, misfire_grace)
         return self._decorator(TimeoutTrigger(seconds), name, options)
 
     def _decorator(
@@ -182,14 +211,18 @@ class Scheduler:
         *,
         tz: str = "UTC",
         min_interval: float | None = None,
-        **options: Any,
+        wait_for_completion: bool = True,
+        lock_ttl: float = 300.0,
+        renew: bool = False,
+        misfire_grace: float | None = None,
     ) -> Job:
         """Register (or replace) a job from a user-supplied expression, validating it first.
 
         Nothing is registered when validation fails; a job of the same name is replaced, and
         a run of the old one still in progress counts for ``wait_for_completion``.
 
-        :param min_interval: override the scheduler's floor for this job (seconds)
+        :param min_interval: override the scheduler's floor for this job (seconds); other
+            options as :meth:`cron`
         :raises CronSyntaxError: if ``expr`` does not parse
         :raises IntervalTooShortError: if it fires more often than the floor
         :raises zoneinfo.ZoneInfoNotFoundError: if ``tz`` is unknown
@@ -199,6 +232,7 @@ class Scheduler:
         gap = cron.min_interval().total_seconds()
         if gap < floor:
             raise IntervalTooShortError(name, expr, gap, floor)
+        options = _options(wait_for_completion, lock_ttl, renew, misfire_grace)
         job = Job(name=name, fn=fn, trigger=CronTrigger(cron), **options)
         self._add(job)
         return job
@@ -464,3 +498,14 @@ class Scheduler:
             self.bus.emit(event)
         except Exception:
             logger.warning("could not emit %r on the bus", event.event_name, exc_info=True)
+
+
+def _options(
+    wait_for_completion: bool, lock_ttl: float, renew: bool, misfire_grace: float | None
+) -> dict[str, Any]:
+    return {
+        "wait_for_completion": wait_for_completion,
+        "lock_ttl": lock_ttl,
+        "renew": renew,
+        "misfire_grace": misfire_grace,
+    }
