@@ -18,12 +18,12 @@ from typing import Any, Self
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-import scheduler
 from eventbus import EventBus, MemoryFailureStore
 from eventbus.abc import FailureStore
 from eventbus.backends.sql import SqlFailureStore
 from scheduler import LocalLock, MemoryRunStore, RunContext, Scheduler
 from scheduler.abc import Lock, RunStore
+from scheduler.backends.sql import SqlRunStore
 
 from .abc import CounterStore
 from .backends.memory import MemoryCounterStore
@@ -167,8 +167,8 @@ class App:
     ) -> AsyncIterator[App]:
         """Build and run an app on a SQLite file; with *redis_url*, counters and locks in Redis.
 
-        Uses ``SqlFailureStore`` and ``SqlRunStore`` on the same file when they are available.
-        Owns (and closes) the engine and the Redis client it builds.
+        The failure table (``SqlFailureStore``) and the run table (``SqlRunStore``) live in the
+        same file. Owns (and closes) the engine and the Redis clients it builds.
         """
         engine = create_async_engine(f"sqlite+aiosqlite:///{db}")
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
@@ -177,32 +177,28 @@ class App:
             counters: CounterStore = MemoryCounterStore()
             lock: Lock = LocalLock()
             if redis_url is not None:
+                from scheduler.backends.redis import RedisLock, make_redis_client
+
                 from .backends.redis import RedisCounterStore, connect
 
-                client = connect(redis_url)
-                stack.push_async_callback(client.aclose)
-                counters = RedisCounterStore(client)
-                redis_lock = getattr(scheduler, "RedisLock", None)
-                if redis_lock is not None:
-                    lock = redis_lock(client)
-                else:
-                    logger.warning("scheduler.RedisLock is not available; using a LocalLock")
+                # two clients, each configured for its job: counters never retry (a retried
+                # batch could count twice), locks retry only a ConnectionError
+                counter_client = connect(redis_url)
+                stack.push_async_callback(counter_client.aclose)
+                lock_client = make_redis_client(redis_url)
+                stack.push_async_callback(lock_client.aclose)
+                counters = RedisCounterStore(counter_client)
+                lock = RedisLock(lock_client, prefix="domain-demo")
             app = cls(
                 engine,
                 counters=counters,
                 lock=lock,
-                runs=_sql_run_store(engine),
+                runs=SqlRunStore(engine),
                 failures=SqlFailureStore(engine),
                 **options,
             )
             async with app:
                 yield app
-
-
-def _sql_run_store(engine: AsyncEngine) -> RunStore | None:
-    """``scheduler.SqlRunStore`` on *engine* when the scheduler has it, else ``None`` (memory)."""
-    cls = getattr(scheduler, "SqlRunStore", None)
-    return None if cls is None else cls(engine)
 
 
 def _sqlite_pragmas(dbapi_conn: Any, record: Any) -> None:
