@@ -26,7 +26,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
 
@@ -253,3 +253,20 @@ class Counter:
                 await conn.execute(self._update)
                 await conn.execute(delete(self._deltas))
         return True
+
+    async def purge_ledger(self, *, older_than: timedelta = timedelta(days=7)) -> int:
+        """Delete this counter's ledger rows applied more than *older_than* ago.
+
+        Safe while no staged flush is that old (a staged id whose row is gone would be applied
+        again); staged ids live until the next flush, seconds or minutes.
+
+        :return: how many rows were deleted
+        """
+        cutoff = datetime.now(UTC) - older_than
+        async with self.engine.begin() as conn:
+            result = await conn.execute(
+                delete(flush_ledger).where(
+                    flush_ledger.c.counter == self.name, flush_ledger.c.applied_at < cutoff
+                )
+            )
+        return int(result.rowcount)

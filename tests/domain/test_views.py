@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +190,15 @@ async def test_flush_dying_after_commit_is_not_applied_again(
         async with engine.connect() as conn:
             ids = (await conn.execute(select(flush_ledger.c.flush_id))).scalars().all()
         assert ids == ["f1"]
+
+
+async def test_purge_ledger_keeps_recent_rows(views: ArticleViews, engine: AsyncEngine) -> None:
+    await views.view(1, "a")
+    await views.flush()
+    assert await views.counter.purge_ledger() == 0  # applied seconds ago: kept
+    assert await views.counter.purge_ledger(older_than=timedelta(seconds=-1)) == 1
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(flush_ledger))).all() == []
 
 
 async def test_stage_whose_reply_was_lost_is_applied_by_the_next_flush(

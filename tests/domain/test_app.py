@@ -1,0 +1,65 @@
+"""The wired app: its jobs, their production schedules, and a final flush on exit."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import pytest
+from sqlalchemy import insert, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from domain import App, ArticlePublished, ArticleViewed, MemoryCounterStore, Schedules
+from domain.db import articles
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def test_jobs_run_on_the_production_schedules(engine: AsyncEngine) -> None:
+    app = App(engine, counters=MemoryCounterStore())
+    plan = {job.name: (job.trigger.cron.expr, job.lock_ttl) for job in app.scheduler.jobs()}  # type: ignore[union-attr]
+    assert plan == {
+        "flush_clicks": ("30 * * * * *", 60.0),
+        "flush_views": ("0 * * * * *", 60.0),
+        "publish_due": ("15 * * * * *", 60.0),  # second 15 of every minute
+        "refill_pool": ("0 0 3 * * *", 600.0),  # daily
+    }
+    assert Schedules.fast().publish == "* * * * * *"
+
+
+async def test_triggered_jobs_flush_publish_and_refill(engine: AsyncEngine) -> None:
+    app = App(engine, counters=MemoryCounterStore(), refill_watermark=7)
+    published: list[int] = []
+    app.bus.on(ArticlePublished, lambda e: published.append(e.article_id))
+    with anyio.fail_after(20):
+        async with app:
+            async with engine.begin() as conn:
+                await conn.execute(insert(articles), [{"id": 1, "title": "a"}])
+            for viewer in ["a", "b", "a"]:
+                await app.bus.emit_async(ArticleViewed(article_id=1, viewer_key=viewer))
+            run = await app.scheduler.trigger("flush_views")
+            assert run.status == "succeeded"
+            assert await app.views.counts(1) == {1: 2}
+
+            now = datetime.now(UTC)
+            await app.publisher.schedule_publish(1, now + timedelta(minutes=5))
+            app.publisher.clock = lambda: now + timedelta(minutes=6)
+            assert (await app.scheduler.trigger("publish_due")).status == "succeeded"
+            assert published == [1]
+
+            assert (await app.scheduler.trigger("refill_pool")).status == "succeeded"
+            assert await app.links.idle_codes() == 7
+
+
+async def test_leaving_the_app_flushes_pending_counts(engine: AsyncEngine) -> None:
+    app = App(engine, counters=MemoryCounterStore())
+    with anyio.fail_after(20):
+        async with app:
+            async with engine.begin() as conn:
+                await conn.execute(insert(articles), [{"id": 5, "title": "a"}])
+            app.bus.emit(ArticleViewed(article_id=5, viewer_key="x"))  # a background listener
+        async with engine.connect() as conn:
+            assert await conn.scalar(select(articles.c.view_count)) == 1
