@@ -8,6 +8,7 @@ fit the buffer is logged at ERROR with its full content and counted, never dropp
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import logging
@@ -231,7 +232,17 @@ class SqlFailureStore:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self, task_group: TaskGroup) -> None:
-        """Run the writer in *task_group*; succeeds even while the database is unavailable."""
+        """Run the writer in *task_group*; succeeds even while the database is unavailable.
+
+        :raises RuntimeError: if not running on asyncio (SQLAlchemy's async engine needs it)
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "SqlFailureStore needs asyncio (SQLAlchemy's async engine does not run on trio); "
+                "run the bus on asyncio, or give it a MemoryFailureStore"
+            ) from None
         if self._running:
             raise RuntimeError(f"{self!r} is already started; start it once per task group")
         self._running = True

@@ -447,3 +447,14 @@ async def test_the_store_starts_again_when_the_bus_is_entered_again(
             async with bus:
                 bus.emit(OrderPaid(order_id=n))
             assert len(table_rows(db_path)) == n + 1
+
+
+def test_starting_on_trio_is_a_clear_error(db_url: str) -> None:
+    store = SqlFailureStore(db_url)
+
+    async def start() -> None:
+        async with anyio.create_task_group() as tg:
+            await store.start(tg)
+
+    with pytest.RaisesGroup(pytest.RaisesExc(RuntimeError, match="SqlFailureStore needs asyncio")):
+        anyio.run(start, backend="trio")
