@@ -216,13 +216,9 @@ async def _open(url: str | None) -> SqlFailureStore:
     """A store on an existing database and table; never creates either."""
     url = url or default_db_url()
     try:
-        parsed = sa.make_url(url)
+        sa.make_url(url)
     except sa_exc.ArgumentError:
         raise _InputError(f"--db {url!r} is not a database URL") from None
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        path = anyio.Path(parsed.database or "")
-        if not await path.is_file():
-            raise _InputError(f"no database file at {str(path)!r} (from --db {url!r})")
     try:
         store = SqlFailureStore(url, create_table=False)
     except (sa_exc.ArgumentError, sa_exc.InvalidRequestError, ImportError) as exc:
@@ -236,14 +232,23 @@ async def _open(url: str | None) -> SqlFailureStore:
 
 
 async def _check_table(store: SqlFailureStore) -> None:
+    """An existing SQLite file (connecting would create it) with the failure table in it."""
+    url = store.engine.url
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        path = anyio.Path(url.database or "")
+        if not await path.is_file():
+            raise _InputError(
+                f"no database file at {str(path)!r} "
+                f"(from {url.render_as_string(hide_password=True)!r})"
+            )
     name = store.table.name
     async with store.engine.connect() as conn:
         present = await conn.run_sync(lambda c: sa.inspect(c).has_table(name))
     if not present:
-        url = store.engine.url.render_as_string(hide_password=True)
         raise _InputError(
-            f"no table {name!r} in {url!r}; the application creates it when it records its "
-            "first failure (or call eventbus.backends.sql.create_tables(engine))"
+            f"no table {name!r} in {url.render_as_string(hide_password=True)!r}; the "
+            "application creates it when it starts (or call "
+            "eventbus.backends.sql.create_tables(engine))"
         )
 
 

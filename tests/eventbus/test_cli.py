@@ -67,6 +67,7 @@ def db_url(tmp_path: Path) -> str:
 def app_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db_url: str) -> str:
     """An importable application module whose bus keeps failures in the test database."""
     name = f"cliapp_{uuid.uuid4().hex[:8]}"
+    missing_url = f"sqlite+aiosqlite:///{tmp_path / 'missing.db'}"
     (tmp_path / f"{name}.py").write_text(
         textwrap.dedent(f"""
         from eventbus import Event, EventBus, EventRegistry, MemoryFailureStore
@@ -83,6 +84,7 @@ def app_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db_url: str) -> 
         memory_bus = EventBus(registry, MemoryFailureStore())
         memory_bus.on(Thing, seen.append, name="app:handler")
         not_a_bus = 42
+        missing_bus = EventBus(registry, SqlFailureStore({missing_url!r}))
 
         def make_bus():
             return bus
@@ -223,14 +225,16 @@ def test_retry_json_with_a_factory_or_an_explicit_db(
         pytest.param("{mod}:nope", "has no attribute 'nope'", id="attribute"),
         pytest.param("{mod}:not_a_bus", "is a int, not an EventBus", id="not-a-bus"),
         pytest.param("{mod}:memory_bus", "keeps failures in MemoryFailureStore", id="memory-store"),
+        pytest.param("{mod}:missing_bus", "no database file at", id="app-db-missing"),
     ],
 )
 def test_retry_with_a_bad_app_is_a_one_line_error(
-    app_module: str, app: str, message: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, app_module: str, app: str, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["failures", "retry", "--app", app.format(mod=app_module)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "missing.db").exists()  # a failed check creates no database
 
 
 def test_purge_needs_a_filter_then_deletes_what_matches(
