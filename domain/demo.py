@@ -136,4 +136,5 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="eventbus-demo-") as tmp:
         anyio.run(demo, Path(tmp) / "demo.db", backend="asyncio")
+    print("(a temporary database, now removed: pass --db PATH to keep it)")
     return 0
