@@ -387,7 +387,11 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m domain.web``: serve the application with uvicorn (loopback by default)."""
     import uvicorn
 
-    parser = argparse.ArgumentParser(prog="python -m domain.web", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m domain.web",
+        description="Serve the domain web application with uvicorn; EVENTBUS_ADMIN_TOKEN "
+        "enables the /admin routes.",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="interface (default: loopback)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--db", type=Path, help="SQLite file (default: $EVENTBUS_WEB_DB)")
