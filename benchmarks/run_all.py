@@ -45,7 +45,10 @@ def _expected(name: str, out: Path) -> float:
     seconds = data.get("seconds") if isinstance(data, dict) else None
     if not isinstance(seconds, int | float):
         return EXPECTED_SECONDS.get(name, DEFAULT_EXPECTED)
-    return float(seconds) / QUICK_FACTOR if data.get("quick") else float(seconds)
+    if not data.get("quick"):
+        return float(seconds)
+    # A quick run says little about a full one (scripts scale differently): stay conservative.
+    return max(float(seconds) / QUICK_FACTOR, EXPECTED_SECONDS.get(name, DEFAULT_EXPECTED))
 
 
 def plan(names: list[str], out: Path, budget: float, force_quick: bool) -> dict[str, bool]:
