@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from ._clock import SystemClock as SystemClock
 from ._clock import VirtualClock as VirtualClock
+from ._context import RunContext as RunContext
+from ._context import TraceIdFilter as TraceIdFilter
+from ._context import current_run as current_run
+from ._context import current_trace_id as current_trace_id
 from ._cron import CronExpression as CronExpression
 from ._cron import min_interval as min_interval
 from ._cron import validate_cron as validate_cron
@@ -28,11 +32,7 @@ from ._jobs import JobDefinition as JobDefinition
 from ._jobs import TimeoutTrigger as TimeoutTrigger
 from ._loop import Scheduler as Scheduler
 from ._loop import SchedulerStatistics as SchedulerStatistics
-from ._run import RunContext as RunContext
-from ._run import RunRecord as RunRecord
-from ._run import TraceIdFilter as TraceIdFilter
-from ._run import current_run as current_run
-from ._run import current_trace_id as current_trace_id
+from ._records import RunRecord as RunRecord
 from .backends.local import LocalLock as LocalLock
 from .backends.local import MemoryRunStore as MemoryRunStore
 

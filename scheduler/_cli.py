@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from ._cron import CronExpression
 from ._exceptions import CronSyntaxError
 from ._loop import Scheduler
-from ._run import RunRecord
+from ._records import RunRecord
 
 __all__ = ["build_parser", "main"]
 

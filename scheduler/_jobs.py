@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from ._context import RunContext
 from ._cron import CronExpression
-from ._run import RunContext, TriggerKind
+from ._records import TriggerKind
 
 __all__ = [
     "CronTrigger",

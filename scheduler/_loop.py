@@ -42,7 +42,8 @@ from ._jobs import (
     JobFunction,
     TimeoutTrigger,
 )
-from ._run import RunControl, Runner, RunRecord, TriggerKind
+from ._records import RunRecord, TriggerKind
+from ._runner import RunControl, Runner
 from .abc import Clock, JobSource, Lock, RunStore
 from .backends.local import MemoryRunStore
 

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from ._jobs import JobDefinition
-from ._run import RunRecord, RunStatus
+from ._records import RunRecord, RunStatus
 
 __all__ = ["Clock", "JobSource", "Lease", "Lock", "RunStore"]
 

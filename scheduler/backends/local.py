@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .._run import RunRecord, RunStatus, abandoned_error
+from .._records import RunRecord, RunStatus, abandoned_error
 
 __all__ = ["LocalLease", "LocalLock", "MemoryRunStore"]
 

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from .._jobs import JobDefinition
-from .._run import RunRecord, RunStatus, abandoned_error
+from .._records import RunRecord, RunStatus, abandoned_error
 
 __all__ = [
     "SqlJobStore",

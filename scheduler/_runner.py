@@ -1,181 +1,31 @@
-"""One run of a job: its record in the run table, the context the job function gets, and
-the trace id that ties the run's log lines together.
-
-The trace id lives in a :class:`~contextvars.ContextVar`, so every log record emitted while a
-run is in progress (by the job, or by libraries it calls) can carry it: add
-:class:`TraceIdFilter` to a handler and put ``%(trace_id)s`` in its format.
+"""Executing one fire of a job: the lock, the run table, the lifecycle events, and the
+watchdog that renews the lock of a long run.
 """
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from eventbus import Event
 
+from ._context import RunContext, _current_run
 from ._events import LockLost, RunFailed, RunSkipped, RunStarted, RunSucceeded
 from ._exceptions import LockLostError, RunCancelledError
+from ._records import RunRecord, TriggerKind
 
 if TYPE_CHECKING:
     from .abc import Clock, Lease, Lock, RunStore
 
-__all__ = [
-    "RunContext",
-    "RunControl",
-    "RunCounters",
-    "RunRecord",
-    "Runner",
-    "abandoned_error",
-    "RunStatus",
-    "TraceIdFilter",
-    "TriggerKind",
-    "current_run",
-    "current_trace_id",
-]
-
-RunStatus = Literal["running", "succeeded", "failed", "skipped", "abandoned"]
-TriggerKind = Literal["cron", "interval", "timeout", "manual"]
+__all__ = ["RunControl", "RunCounters", "Runner"]
 
 logger = logging.getLogger("scheduler")
-
-_current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
-    "scheduler_run", default=None
-)
-
-
-def current_run() -> RunContext | None:
-    """The run whose code is executing in this task, if any."""
-    return _current_run.get()
-
-
-def current_trace_id() -> str | None:
-    """The trace id of the run executing in this task, if any."""
-    run = _current_run.get()
-    return None if run is None else run.trace_id
-
-
-def abandoned_error(expires_at: datetime | None) -> str:
-    """The error text of a run found ``running`` after its lock expired."""
-    when = expires_at.isoformat() if expires_at else "?"
-    return f"abandoned: still 'running' after its lock expired at {when}; the process died"
-
-
-class TraceIdFilter(logging.Filter):
-    """Adds ``record.trace_id`` (the current run's, or ``"-"``) to every log record.
-
-    Attach it to a handler, not a logger, so that records from child loggers get it too.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not hasattr(record, "trace_id"):
-            record.trace_id = current_trace_id() or "-"
-        return True
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunRecord:
-    """One row of the run table: a run, or a fire that was skipped.
-
-    :param id: unique run id
-    :param task_name: the job's name
-    :param trigger: what started it: ``cron``, ``interval``, ``timeout`` or ``manual``
-    :param status: ``running``, ``succeeded``, ``failed``, ``skipped``, or ``abandoned``
-        (left ``running`` by a process that died; found stale after its lock TTL)
-    :param scheduled_at: the fire time this run belongs to (``None`` for a manual run)
-    :param started_at: when the run (or the skip) was recorded
-    :param finished_at: when it ended
-    :param expires_at: when the run's lock expires; a ``running`` row past it is stale
-    :param cursor: the last value passed to :meth:`RunContext.checkpoint` (JSON-serialisable)
-    :param error: ``"Type: message"`` of a failure, or why a fire was skipped
-    :param trace_id: the id in every log line of the run
-    :param replica: which process recorded it (host:pid unless configured)
-    :param fence: the fencing token of the run's lock acquisition
-    :param lock_lost: the run's lock expired or was taken while it ran (an alarm)
-    """
-
-    id: str
-    task_name: str
-    trigger: TriggerKind
-    status: RunStatus
-    scheduled_at: datetime | None
-    started_at: datetime
-    finished_at: datetime | None = None
-    expires_at: datetime | None = None
-    cursor: Any = None
-    error: str | None = None
-    trace_id: str = ""
-    replica: str = ""
-    fence: int | None = None
-    lock_lost: bool = False
-
-
-class RunContext:
-    """What a job function receives: who it is, why it runs, and where to resume.
-
-    :param name: the job's name
-    :param trigger: what started the run
-    :param trace_id: the id in every log line of the run
-    :param scheduled_at: the fire time (``None`` for a manual run)
-    :param cursor: where the previous run stopped, if it failed or died; else ``None``
-    :param fence: the fencing token of this acquisition of the job's lock (``None`` without a
-        lock); pass it along with writes so that storage can reject a stale holder
-    """
-
-    __slots__ = (
-        "_save",
-        "cursor",
-        "fence",
-        "name",
-        "run_id",
-        "scheduled_at",
-        "trace_id",
-        "trigger",
-    )
-
-    def __init__(
-        self,
-        *,
-        name: str,
-        trigger: TriggerKind,
-        run_id: str,
-        trace_id: str,
-        scheduled_at: datetime | None,
-        cursor: Any,
-        fence: int | None,
-        save: Callable[[Any], Awaitable[None]],
-    ) -> None:
-        self.name = name
-        self.trigger = trigger
-        self.run_id = run_id
-        self.trace_id = trace_id
-        self.scheduled_at = scheduled_at
-        self.cursor = cursor
-        self.fence = fence
-        self._save = save
-
-    def __repr__(self) -> str:
-        return (
-            f"RunContext(name={self.name!r}, trigger={self.trigger!r}, "
-            f"trace_id={self.trace_id!r}, cursor={self.cursor!r}, fence={self.fence!r})"
-        )
-
-    async def checkpoint(self, cursor: Any) -> None:
-        """Persist ``cursor`` in the run record; a retry after a failure starts from it.
-
-        :param cursor: a JSON-serialisable value (an id, an offset, a timestamp string)
-        """
-        self.cursor = cursor
-        await self._save(cursor)
-
-
-# -- executing one run -------------------------------------------------------------------------
 
 
 class RunControl:
