@@ -40,8 +40,8 @@ __all__ = [
     "run_sync_cases",
 ]
 
-REPEATS = 15  # samples per case (rounds)
-QUICK_REPEATS = 7
+REPEATS = 31  # samples per case (rounds)
+QUICK_REPEATS = 11
 WARMUP = 1  # untimed rounds before sampling
 SAMPLE_SECONDS = 0.01  # target duration of one sample; sets the iteration count
 QUICK_SAMPLE_SECONDS = 0.004
