@@ -45,6 +45,8 @@ from ._listeners import ErrorPolicy as ErrorPolicy
 from ._listeners import Listener as Listener
 from ._listeners import Outcome as Outcome
 from ._patterns import matches as matches
+from ._retry import RetryItem as RetryItem
+from ._retry import RetryReport as RetryReport
 from .backends.memory import MemoryFailureStore as MemoryFailureStore
 
 __all__ = [
@@ -70,6 +72,8 @@ __all__ = [
     "Outcome",
     "PayloadError",
     "RecursionLimitError",
+    "RetryItem",
+    "RetryReport",
     "UnknownEventError",
     "decode_payload",
     "default_registry",
