@@ -1,0 +1,188 @@
+"""The failure table's definition and row mapping, and SQLite's driver-level batch insert.
+
+Split from :mod:`eventbus.backends.sql` (which re-exports the public names): this module knows
+the schema and how a :class:`~eventbus.FailureRecord` becomes a row and back; the store there
+owns buffering, the writer task and the queries.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from .._failures import FailureRecord, FailureStatus
+
+__all__ = [
+    "DEFAULT_TABLE",
+    "create_tables",
+    "failure_table",
+    "failures_table",
+    "metadata",
+]
+
+DEFAULT_TABLE = "eventbus_failures"
+
+metadata = sa.MetaData()
+
+
+def failure_table(name: str = DEFAULT_TABLE, meta: sa.MetaData | None = None) -> sa.Table:
+    """Define the failure table in *meta* with portable types and the CLI's indexes.
+
+    ``seq`` orders rows by insertion (newest first, like the memory store); ``id`` is the
+    record's own id. Timestamps are timezone-aware and always written in UTC.
+    """
+    return sa.Table(
+        name,
+        meta if meta is not None else sa.MetaData(),
+        sa.Column(
+            "seq",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            primary_key=True,
+            autoincrement=True,
+        ),
+        sa.Column("id", sa.String(64), nullable=False, unique=True),
+        sa.Column("event_id", sa.String(64), nullable=False),
+        sa.Column("event_name", sa.String(255), nullable=False),
+        sa.Column("payload", sa.Text(), nullable=False),
+        sa.Column("payload_ok", sa.Boolean(), nullable=False),
+        sa.Column("listener", sa.String(255), nullable=False),
+        sa.Column("error_type", sa.String(255), nullable=False),
+        sa.Column("message", sa.Text(), nullable=False),
+        sa.Column("traceback", sa.Text(), nullable=False),
+        sa.Column("attempts", sa.Integer(), nullable=False),
+        sa.Column("status", sa.String(16), nullable=False),
+        sa.Column("first_failed_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("last_failed_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("resolved_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("note", sa.Text(), nullable=True),
+        sa.Index(f"ix_{name}_status_seq", "status", "seq"),
+        sa.Index(f"ix_{name}_event_seq", "event_name", "seq"),
+        sa.Index(f"ix_{name}_listener_seq", "listener", "seq"),
+        sa.Index(f"ix_{name}_last_failed_at", "last_failed_at"),
+    )
+
+
+#: The default table, ``eventbus_failures``, in :data:`metadata`.
+failures_table = failure_table(DEFAULT_TABLE, metadata)
+
+
+async def create_tables(engine: AsyncEngine) -> None:
+    """Create the tables in :data:`metadata` that do not exist yet (``eventbus_failures``).
+
+    The store also creates its table lazily; call this from deployment code when the
+    application's database user may not run DDL at runtime (then pass ``create_table=False``).
+    """
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.create_all, checkfirst=True)
+
+
+class _DriverInsert:
+    """A batch insert at the driver level: the statement compiled once, values read straight
+    from the records, SQLAlchemy's own bind processors applied, one ``executemany``.
+
+    On SQLite this writes about 1.5 times as many rows per second as ``conn.execute(insert(
+    table), rows)``, whose per-row parameter handling dominates. Other dialects take that
+    portable path (a falsy instance).
+    """
+
+    def __init__(self, sql: str, names: Sequence[str], processors: Sequence[Any]) -> None:
+        self.sql = sql
+        self.names = tuple(names)
+        self._get = operator.attrgetter(*names) if names else None
+        self._status = self.names.index("status") if names else -1
+        self._times = tuple(
+            (i, p) for i, (n, p) in enumerate(zip(names, processors, strict=True)) if n in _TIMES
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.sql)
+
+    @classmethod
+    def build(cls, table: sa.Table, dialect: sa.Dialect) -> _DriverInsert:
+        if dialect.name != "sqlite":
+            return cls("", (), ())
+        keys = [c.key for c in table.c if c.key != "seq"]
+        compiled = sa.insert(table).compile(dialect=dialect, column_keys=keys)
+        names = list(compiled.positiontup or [])
+        if not compiled.positional or sorted(names) != sorted(keys):
+            return cls("", (), ())
+        processors = [table.c[n].type.dialect_impl(dialect).bind_processor(dialect) for n in names]
+        return cls(compiled.string, names, processors)
+
+    def params(self, records: Sequence[FailureRecord]) -> list[tuple[Any, ...]]:
+        assert self._get is not None
+        get, status, times = self._get, self._status, self._times
+        out: list[tuple[Any, ...]] = []
+        for rec in records:
+            values = list(get(rec))
+            values[status] = FailureStatus(values[status]).value
+            last: Any = None
+            done: Any = None
+            for i, process in times:
+                value = values[i]
+                if value is None:
+                    continue
+                if value is last:  # first_failed_at is last_failed_at on a fresh record
+                    values[i] = done
+                    continue
+                last = value
+                done = _utc(value)
+                values[i] = done = process(done) if process is not None else done
+            out.append(tuple(values))
+        return out
+
+
+_TIMES = frozenset({"first_failed_at", "last_failed_at", "resolved_at"})
+
+
+def _utc(value: datetime) -> datetime:
+    """Aware values in UTC; a naive value is taken to be UTC already."""
+    if value.tzinfo is UTC:
+        return value
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _row(rec: FailureRecord) -> dict[str, Any]:
+    return {
+        "id": rec.id,
+        "event_id": rec.event_id,
+        "event_name": rec.event_name,
+        "payload": rec.payload,
+        "payload_ok": rec.payload_ok,
+        "listener": rec.listener,
+        "error_type": rec.error_type,
+        "message": rec.message,
+        "traceback": rec.traceback,
+        "attempts": rec.attempts,
+        "status": FailureStatus(rec.status).value,
+        "first_failed_at": _utc(rec.first_failed_at),
+        "last_failed_at": _utc(rec.last_failed_at),
+        "resolved_at": None if rec.resolved_at is None else _utc(rec.resolved_at),
+        "note": rec.note,
+    }
+
+
+def _record(row: Any) -> FailureRecord:
+    resolved = row["resolved_at"]
+    return FailureRecord(
+        id=row["id"],
+        event_id=row["event_id"],
+        event_name=row["event_name"],
+        payload=row["payload"],
+        payload_ok=bool(row["payload_ok"]),
+        listener=row["listener"],
+        error_type=row["error_type"],
+        message=row["message"],
+        traceback=row["traceback"],
+        attempts=row["attempts"],
+        status=FailureStatus(row["status"]),
+        first_failed_at=_utc(row["first_failed_at"]),
+        last_failed_at=_utc(row["last_failed_at"]),
+        resolved_at=None if resolved is None else _utc(resolved),
+        note=row["note"],
+    )
