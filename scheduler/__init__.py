@@ -1,9 +1,15 @@
 """Cron expressions, jobs and the loop that runs them, in the same process as the bus.
 
-The implementation lives in underscore modules; this module only re-exports it.
+The implementation lives in underscore modules; this module only re-exports it. The Redis and
+SQL backends (``RedisLock``, ``make_redis_client``, ``SqlRunStore``, ``SqlJobStore``) are
+re-exported lazily: ``import scheduler`` loads neither redis nor SQLAlchemy, and the first
+access to one of those names imports its ``scheduler.backends`` module.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from ._clock import SystemClock as SystemClock
 from ._clock import VirtualClock as VirtualClock
@@ -19,6 +25,7 @@ from ._events import RunFailed as RunFailed
 from ._events import RunSkipped as RunSkipped
 from ._events import RunStarted as RunStarted
 from ._events import RunSucceeded as RunSucceeded
+from ._events import register_events as register_events
 from ._exceptions import CronSyntaxError as CronSyntaxError
 from ._exceptions import IntervalTooShortError as IntervalTooShortError
 from ._exceptions import JobLookupError as JobLookupError
@@ -36,6 +43,12 @@ from ._records import RunRecord as RunRecord
 from .backends.local import LocalLock as LocalLock
 from .backends.local import MemoryRunStore as MemoryRunStore
 
+if TYPE_CHECKING:
+    from .backends.redis import RedisLock as RedisLock
+    from .backends.redis import make_redis_client as make_redis_client
+    from .backends.sql import SqlJobStore as SqlJobStore
+    from .backends.sql import SqlRunStore as SqlRunStore
+
 __all__ = [
     "CronExpression",
     "CronSyntaxError",
@@ -49,6 +62,7 @@ __all__ = [
     "LockLost",
     "LockLostError",
     "MemoryRunStore",
+    "RedisLock",
     "RunCancelledError",
     "RunContext",
     "RunFailed",
@@ -59,18 +73,48 @@ __all__ = [
     "Scheduler",
     "SchedulerError",
     "SchedulerStatistics",
+    "SqlJobStore",
+    "SqlRunStore",
     "SystemClock",
     "TimeoutTrigger",
     "TraceIdFilter",
     "VirtualClock",
     "current_run",
     "current_trace_id",
+    "make_redis_client",
     "min_interval",
+    "register_events",
     "validate_cron",
 ]
 
+# Names from backends whose client library is imported on first access, not here.
+_LAZY = {
+    "RedisLock": "redis",
+    "SqlJobStore": "sql",
+    "SqlRunStore": "sql",
+    "make_redis_client": "redis",
+}
+
+if not TYPE_CHECKING:  # mypy sees the imports above; a __getattr__ would hide typos from it
+
+    def __getattr__(name: str) -> Any:
+        backend = _LAZY.get(name)
+        if backend is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{__name__}.backends.{backend}"), name)
+        globals()[name] = value  # later lookups skip __getattr__
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
 # Show the public path in reprs and tracebacks: scheduler.CronExpression, not scheduler._cron.
+# The lazy names keep their public module path (scheduler.backends.redis).
 for _name in __all__:
+    if _name in _LAZY:
+        continue
     _obj = globals()[_name]
     if getattr(_obj, "__module__", "").startswith(f"{__name__}._"):
         _obj.__module__ = __name__

@@ -1,15 +1,16 @@
 """Lifecycle events the scheduler emits on the bus, declared in the default registry.
 
-A bus with its own registry gets them registered there too when the scheduler is built;
-if that registry already holds a *different* class under one of these names, the scheduler
-does not emit that event (logged once at DEBUG) rather than fail at start.
+A bus with its own registry gets them through :func:`register_events`: call it yourself to
+subscribe before a scheduler exists; the scheduler calls it again when built. If that registry
+already holds a *different* class under one of these names, the scheduler does not emit that
+event (logged once at DEBUG) rather than fail at start.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from eventbus import Event
+from eventbus import Event, EventRegistry
 
 __all__ = [
     "SCHEDULER_EVENTS",
@@ -18,6 +19,7 @@ __all__ = [
     "RunSkipped",
     "RunStarted",
     "RunSucceeded",
+    "register_events",
 ]
 
 
@@ -76,3 +78,23 @@ SCHEDULER_EVENTS: tuple[type[Event], ...] = (
     RunSkipped,
     LockLost,
 )
+
+
+def register_events(registry: EventRegistry) -> list[type[Event]]:
+    """Declare the scheduler's lifecycle events (``scheduler.run.*``, ``scheduler.lock.lost``)
+    in ``registry``, so that a bus built on it can subscribe to them before any scheduler exists.
+
+    Safe to repeat. A name that ``registry`` already declares as a *different* class is left
+    alone rather than raise; a scheduler on a bus with that registry does not emit that event.
+
+    :param registry: the bus's registry (the default registry declares them already)
+    :return: the events left out because their name was taken (normally none)
+    """
+    clashes = []
+    for cls in SCHEDULER_EVENTS:
+        name = cls.__event_name__
+        if name not in registry:
+            registry.register(cls, name)
+        elif registry.get(name) is not cls:
+            clashes.append(cls)
+    return clashes

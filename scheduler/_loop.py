@@ -31,7 +31,7 @@ from anyio.abc import TaskGroup
 from eventbus import Event, EventBus
 
 from ._clock import SystemClock
-from ._events import SCHEDULER_EVENTS
+from ._events import register_events
 from ._jobs import Job, JobDefinition, JobFunction
 from ._records import RunRecord, TriggerKind
 from ._registry import JobRegistry
@@ -325,14 +325,10 @@ class Scheduler(JobRegistry):
         """Make the bus's registry know the scheduler's events, or mute the clashing ones."""
         if self.bus is None:
             return
-        registry = self.bus.registry
-        for cls in SCHEDULER_EVENTS:
+        for cls in register_events(self.bus.registry):
             name = cls.__event_name__
-            if name not in registry:
-                registry.register(cls, name)
-            elif registry.get(name) is not cls:
-                logger.debug("bus registry declares %r differently; not emitting it", name)
-                self._muted.add(cls)
+            logger.debug("bus registry declares %r differently; not emitting it", name)
+            self._muted.add(cls)
 
     def _emit(self, event: Event) -> None:
         if self.bus is None or type(event) in self._muted:
