@@ -1,10 +1,12 @@
-"""``python -m scheduler``: inspect cron expressions (and, later, runs and jobs).
+"""``python -m scheduler``: preview cron expressions (``next``), list recorded runs
+(``runs``) and run a job now (``trigger``).
 
 Each subcommand is one ``_add_<name>(subparsers)`` function that registers its arguments
-and a handler ``(args) -> exit code`` through ``set_defaults(handler=...)``; add
-``runs`` and ``trigger`` the same way in :func:`build_parser`.
+and a handler ``(args) -> exit code`` through ``set_defaults(handler=...)``; a new one is
+added the same way in :func:`build_parser`.
 
-Exit codes: 0 success, 2 bad usage or bad input (argparse's own convention).
+Exit codes: 0 success, 1 the triggered run failed or was skipped, 2 bad usage or bad input
+(argparse's own convention).
 """
 
 from __future__ import annotations
