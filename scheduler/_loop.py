@@ -1,4 +1,6 @@
-"""The scheduler: a runtime registry of jobs and one loop that fires them on time.
+"""The scheduler: one loop that fires the registered jobs on time.
+
+The registry it inherits lives in ``_registry``; the execution of one fire in ``_runner``.
 
 One task keeps a heap of ``(fire_time, seq, job_name, generation)`` and sleeps until the
 earliest entry; adding or removing a job cancels that sleep so the loop looks again. Nothing
