@@ -12,6 +12,7 @@ import anyio
 import pytest
 from anyio import wait_all_tasks_blocked
 from anyio.lowlevel import checkpoint
+from redis.asyncio import Redis
 from sqlalchemy import event, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -45,6 +46,16 @@ async def sql_total(engine: AsyncEngine) -> int:
     async with engine.connect() as conn:
         rows = (await conn.execute(select(articles.c.view_count))).scalars().all()
     return sum(rows)
+
+
+async def test_both_stores_fit_the_protocol(store: CounterStore) -> None:
+    assert isinstance(store, CounterStore)
+
+
+def _type_check_protocol_fit(redis: Redis) -> None:
+    """Never called: mypy checks that both concrete classes fit the Protocol."""
+    _memory: CounterStore = MemoryCounterStore()
+    _redis: CounterStore = RedisCounterStore(redis)
 
 
 async def test_viewer_counts_once_per_window(
