@@ -36,19 +36,20 @@ DEFAULT_EXPECTED = 30.0
 QUICK_FACTOR = 0.35  # a --quick run takes about this share of a full one
 
 
-def _expected(name: str, out: Path) -> float:
-    """Seconds a full run took last time (from its JSON), or the built-in estimate."""
+def _expected(name: str, out: Path) -> tuple[float, float]:
+    """Seconds of a full and of a quick run: measured last time (its JSON), else estimated."""
+    default = EXPECTED_SECONDS.get(name, DEFAULT_EXPECTED)
     try:
         data = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return EXPECTED_SECONDS.get(name, DEFAULT_EXPECTED)
+        return default, default * QUICK_FACTOR
     seconds = data.get("seconds") if isinstance(data, dict) else None
     if not isinstance(seconds, int | float):
-        return EXPECTED_SECONDS.get(name, DEFAULT_EXPECTED)
+        return default, default * QUICK_FACTOR
     if not data.get("quick"):
-        return float(seconds)
+        return float(seconds), float(seconds) * QUICK_FACTOR
     # A quick run says little about a full one (scripts scale differently): stay conservative.
-    return max(float(seconds) / QUICK_FACTOR, EXPECTED_SECONDS.get(name, DEFAULT_EXPECTED))
+    return max(float(seconds) / QUICK_FACTOR, default), float(seconds)
 
 
 def plan(names: list[str], out: Path, budget: float, force_quick: bool) -> dict[str, bool]:
@@ -57,9 +58,9 @@ def plan(names: list[str], out: Path, budget: float, force_quick: bool) -> dict[
     expected = {name: _expected(name, out) for name in names}
 
     def total() -> float:
-        return sum(e * (QUICK_FACTOR if quick[n] else 1.0) for n, e in expected.items())
+        return sum(quick_s if quick[n] else full for n, (full, quick_s) in expected.items())
 
-    for name in sorted(names, key=lambda n: -expected[n]):
+    for name in sorted(names, key=lambda n: -expected[n][0]):
         if total() <= budget:
             break
         quick[name] = True
