@@ -21,8 +21,9 @@ redis-server:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
 	  systemctl stop redis-server >/dev/null 2>&1 || service redis-server stop >/dev/null 2>&1 || true; }
 
+# `make demo DEMO_ARGS=--web` serves the web application on 127.0.0.1 instead.
 demo: $(STAMP)
-	$(BIN)/python -m domain
+	$(BIN)/python -m domain $(DEMO_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check eventbus scheduler domain tests benchmarks

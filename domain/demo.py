@@ -125,7 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis", metavar="URL", help="counters and locks in Redis at URL")
     parser.add_argument("--seconds", type=float, default=10.0, help="scheduler run time")
     parser.add_argument("-v", "--verbose", action="store_true", help="log INFO lines")
+    parser.add_argument(
+        "--web", action="store_true", help="serve domain.web on 127.0.0.1 instead of the script"
+    )
     args = parser.parse_args(argv)
+    if args.web:
+        from .web import main as serve
+
+        return serve(["--db", str(args.db)] if args.db is not None else [])
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
