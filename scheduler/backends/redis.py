@@ -39,7 +39,7 @@ def make_redis_client(
     """A Redis client configured for locks: explicit timeouts, a bounded blocking pool, and
     retries only where a retry cannot run a command twice.
 
-    redis-py 8's default retries a command up to 3 times after a *timeout* too. A timed-out
+    redis-py 8's default retries a command up to 10 times after a *timeout* too. A timed-out
     command may still have run on the server, so a retried ``INCR`` would skip a fencing
     token and a retried release could report a lost lock that was ours. Here only
     ``ConnectionError`` is retried (a dead pooled connection, typically after a server
