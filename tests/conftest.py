@@ -1,4 +1,4 @@
-"""Session-wide fixtures: the anyio backends and a throwaway redis-server.
+"""Session-wide fixtures: the anyio backends, a throwaway redis-server and PostgreSQL.
 
 Core tests run on asyncio and trio (the default ``anyio_backend`` below); modules that touch
 SQL or Redis override ``anyio_backend`` to return ``"asyncio"``.
@@ -6,10 +6,13 @@ SQL or Redis override ``anyio_backend`` to return ``"asyncio"``.
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections.abc import Iterator
 
 import pytest
 
+from tests.postgres_server import PostgresNotInstalled, PostgresServer
 from tests.redis_server import RedisServer
 
 
@@ -34,3 +37,30 @@ def redis_url(redis_server: RedisServer) -> str:
     redis_server.resume()
     redis_server.flushall()
     return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL for the session, started only when a test first asks for it.
+
+    Without the binaries the test is skipped, or fails when ``$CI`` is set (CI must run it).
+    """
+    try:
+        server = PostgresServer()
+    except PostgresNotInstalled as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set but PostgreSQL cannot run: {exc}", pytrace=False)
+        pytest.skip(str(exc))
+    with server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """A SQLAlchemy asyncpg URL of a fresh, empty database of its own for each test."""
+    database = f"t{next(_postgres_databases)}"
+    postgres_server.execute(f'CREATE DATABASE "{database}" TEMPLATE template0')
+    return postgres_server.url(database)
+
+
+_postgres_databases = itertools.count(1)
