@@ -76,6 +76,16 @@ class SqlStoreStatistics:
 _ROW_ERRORS = (sa_exc.IntegrityError, sa_exc.DataError)
 
 
+def _is_row_error(exc: sa_exc.DBAPIError) -> bool:
+    """Whether *exc* blames the data; asyncpg reports a data exception (SQLSTATE class 22,
+    e.g. a value longer than its column) as a plain ``DBAPIError``, not a ``DataError``.
+    """
+    if isinstance(exc, _ROW_ERRORS):
+        return True
+    state = getattr(exc.orig, "sqlstate", None)
+    return isinstance(state, str) and state[:2] in {"22", "23"}
+
+
 class SqlFailureStore:
     """Failure records in a SQL table, written in batches by a background task.
 
@@ -331,8 +341,9 @@ class SqlFailureStore:
                     async with self.engine.begin() as conn:
                         await conn.exec_driver_sql(self._driver_insert.sql, params)
                     return 0
-                except _ROW_ERRORS:
-                    pass
+                except sa_exc.DBAPIError as exc:
+                    if not _is_row_error(exc):
+                        raise
         rows: list[dict[str, Any]] = []
         rejected = 0
         for rec in batch:
@@ -347,8 +358,9 @@ class SqlFailureStore:
             async with self.engine.begin() as conn:
                 await conn.execute(sa.insert(self.table), rows)
             return rejected
-        except _ROW_ERRORS:
-            pass
+        except sa_exc.DBAPIError as exc:
+            if not _is_row_error(exc):
+                raise
         # A bad row, or a batch that committed before its reply was lost: one row per
         # transaction, skipping ids already stored, so that one row cannot hold back the rest.
         for row in rows:
@@ -359,7 +371,9 @@ class SqlFailureStore:
                     )
                     if not exists:
                         await conn.execute(sa.insert(self.table), [row])
-            except _ROW_ERRORS as exc:
+            except sa_exc.DBAPIError as exc:
+                if not _is_row_error(exc):
+                    raise
                 rejected += 1
                 logger.error("the database refused a failure record (%s); NOT stored: %r", exc, row)
         return rejected

@@ -1,0 +1,234 @@
+"""SqlFailureStore and bus.retry_failures() against a real PostgreSQL (asyncpg).
+
+The same contract as test_sql_store.py's SQLite runs (record, flush, query, get, update, purge,
+exactly once under concurrent emits, close flushes), plus what only a strict server checks: a
+value longer than its column is refused as one row, not as the whole batch. Each test gets a
+fresh database from the ``postgres_url`` fixture.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta, timezone
+
+import anyio
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from eventbus import Event, EventBus, FailureStatus
+from eventbus.backends.sql import SqlFailureStore, create_tables
+from tests.eventbus.test_retry import PAID, Flaky, record_failures, sql_bus
+from tests.eventbus.test_sql_store import OrderPaid, make_record, reg
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def engine(postgres_url: str) -> AsyncIterator[AsyncEngine]:
+    eng = create_async_engine(postgres_url)
+    yield eng
+    assert eng.pool.checkedout() == 0  # type: ignore[attr-defined]
+    await eng.dispose()
+
+
+async def table_rows(url: str) -> list[tuple[str, str, str]]:
+    """Rows as another connection sees them: (id, event_id, listener)."""
+    eng = create_async_engine(url)
+    try:
+        async with eng.connect() as conn:
+            result = await conn.execute(
+                sa.text("SELECT id, event_id, listener FROM eventbus_failures")
+            )
+            return [(r[0], r[1], r[2]) for r in result]
+    finally:
+        await eng.dispose()
+
+
+async def test_create_tables_makes_the_table_and_its_indexes(engine: AsyncEngine) -> None:
+    await create_tables(engine)
+    await create_tables(engine)  # idempotent
+    async with engine.connect() as conn:
+        names = await conn.run_sync(lambda c: sa.inspect(c).get_table_names())
+        indexes = await conn.run_sync(
+            lambda c: {i["name"] for i in sa.inspect(c).get_indexes("eventbus_failures")}
+        )
+    assert names == ["eventbus_failures"]
+    assert {
+        "ix_eventbus_failures_status_seq",
+        "ix_eventbus_failures_event_seq",
+        "ix_eventbus_failures_listener_seq",
+        "ix_eventbus_failures_last_failed_at",
+    } <= indexes
+
+
+async def test_every_field_round_trips_and_timestamps_come_back_aware_utc(
+    engine: AsyncEngine,
+) -> None:
+    plus2 = timezone(timedelta(hours=2))
+    rec = make_record(1).replace(
+        first_failed_at=datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=plus2),
+        last_failed_at=datetime(2026, 5, 1, 13, 0, tzinfo=plus2),
+        resolved_at=datetime(2026, 5, 1, 14, 0, tzinfo=plus2),
+        status=FailureStatus.RESOLVED,
+        attempts=3,
+        payload_ok=False,
+        note="a note ünïcode",
+    )
+    with anyio.fail_after(10):
+        async with SqlFailureStore(engine) as store:
+            store.record(rec)
+            [back] = await store.query()
+    assert back == rec
+    assert back.first_failed_at.tzinfo is UTC
+    assert back.first_failed_at == datetime(2026, 5, 1, 10, 0, 0, 123456, tzinfo=UTC)
+    assert back.status is FailureStatus.RESOLVED
+
+
+async def test_flush_without_start_writes_in_batches(
+    engine: AsyncEngine, postgres_url: str
+) -> None:
+    store = SqlFailureStore(engine, batch_size=7)
+    for n in range(20):
+        store.record(make_record(n))
+    with anyio.fail_after(10):
+        await store.flush()
+        assert len(await table_rows(postgres_url)) == 20
+        await store.aclose()
+    assert store.statistics().written == 20
+
+
+async def test_queries_filter_get_update_and_purge(engine: AsyncEngine) -> None:
+    with anyio.fail_after(10):
+        async with SqlFailureStore(engine) as store:
+            for n in range(6):
+                store.record(
+                    make_record(
+                        n,
+                        listener="billing" if n % 2 else "audit",
+                        event="order.paid" if n < 4 else "user.registered",
+                    )
+                )
+            assert [r.id for r in await store.query()] == [
+                f"rec-0000{n}" for n in (5, 4, 3, 2, 1, 0)
+            ]
+            audit = await store.query(listener="audit")
+            assert [r.id for r in audit] == ["rec-00004", "rec-00002", "rec-00000"]
+            users = await store.query(event="user.registered")
+            assert [r.id for r in users] == ["rec-00005", "rec-00004"]
+            since = datetime(2026, 1, 1, 0, 3, tzinfo=UTC)
+            assert len(await store.query(since=since)) == 3
+            assert (
+                len(await store.query(since=since.astimezone(timezone(timedelta(hours=-7))))) == 3
+            )
+            assert len(await store.query(limit=2)) == 2
+
+            rec = await store.get("rec-00001")
+            assert rec is not None and rec.message == "boom 1"
+            assert await store.get("nope") is None
+            await store.update(rec.replace(status=FailureStatus.DEAD, attempts=5))
+            assert [r.id for r in await store.query(status=FailureStatus.DEAD)] == ["rec-00001"]
+            with pytest.raises(KeyError):
+                await store.update(make_record(99))
+
+            assert await store.purge(status=FailureStatus.DEAD) == 1
+            assert await store.purge(before=since) == 2
+            assert [r.id for r in await store.query()] == ["rec-00005", "rec-00004", "rec-00003"]
+            assert await store.purge() == 3
+
+
+async def test_concurrent_emits_record_every_failure_once_and_only_once(postgres_url: str) -> None:
+    bus = EventBus(reg, SqlFailureStore(postgres_url, batch_size=50), queue_size=10_000)
+
+    @bus.on(OrderPaid, name="sync_boom")
+    def sync_boom(e: OrderPaid) -> None:
+        raise ValueError("sync")
+
+    @bus.on("order.*", name="async_boom")
+    async def async_boom(e: Event) -> None:
+        await anyio.lowlevel.checkpoint()
+        raise RuntimeError("async")
+
+    async def publisher(task: int) -> None:
+        for i in range(5):
+            bus.emit(OrderPaid(order_id=task * 100 + i))
+            await bus.emit_async(OrderPaid(order_id=task * 100 + i))
+
+    with anyio.fail_after(20):
+        async with bus:
+            async with anyio.create_task_group() as tg:
+                for task in range(40):
+                    tg.start_soon(publisher, task)
+        rows = await table_rows(postgres_url)
+    emissions = 40 * 5 * 2
+    assert len(rows) == emissions * 2  # two failing listeners per emission
+    assert len({r[0] for r in rows}) == len(rows)
+    assert len({(r[1], r[2]) for r in rows}) == len(rows)  # once per (emission, listener)
+    assert {r[2] for r in rows} == {"sync_boom", "async_boom"}
+
+
+async def test_close_flushes_everything_accepted_before_close(postgres_url: str) -> None:
+    store = SqlFailureStore(postgres_url, batch_size=10)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            await store.start(tg)
+            for n in range(95):
+                store.record(make_record(n))
+            await store.aclose()
+        assert len(await table_rows(postgres_url)) == 95
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(make_record(2).replace(message=None), id="null-in-not-null"),
+        pytest.param(make_record(2).replace(listener="x" * 300), id="longer-than-varchar-255"),
+    ],
+)
+async def test_one_row_postgres_refuses_does_not_hold_back_the_batch(
+    engine: AsyncEngine, postgres_url: str, bad: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    with anyio.fail_after(10):
+        async with SqlFailureStore(engine) as store:
+            for rec in (make_record(1), bad, make_record(3)):
+                store.record(rec)  # type: ignore[arg-type]
+            await store.flush()
+            assert store.statistics().rejected == 1
+        rows = await table_rows(postgres_url)
+    assert sorted(r[0] for r in rows) == ["rec-00001", "rec-00003"]
+    assert any("rec-00002" in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
+
+
+async def test_retry_resolves_a_row_with_the_rehydrated_event(postgres_url: str) -> None:
+    await record_failures(postgres_url, PAID)
+    bus = sql_bus(postgres_url)
+    flaky = Flaky()
+    flaky.failing = False
+    bus.on("**", flaky, name="flaky")
+    with anyio.fail_after(10):
+        async with bus:
+            report = await bus.retry_failures()
+            [row] = await bus.failures.query()
+    assert flaky.seen == [PAID]
+    assert (report.resolved, report.failed, report.dead, report.skipped) == (1, 0, 0, 0)
+    assert row.status is FailureStatus.RESOLVED
+    assert row.attempts == 2 and row.resolved_at is not None
+
+
+async def test_retry_marks_a_row_dead_after_max_attempts(postgres_url: str) -> None:
+    await record_failures(postgres_url, PAID)
+    bus = sql_bus(postgres_url)
+    bus.on("**", Flaky(), name="flaky")
+    with anyio.fail_after(10):
+        async with bus:
+            first = await bus.retry_failures(max_attempts=3)
+            second = await bus.retry_failures(max_attempts=3)
+            third = await bus.retry_failures(max_attempts=3)
+            [row] = await bus.failures.query()
+    assert (first.failed, second.dead, third.items) == (1, 1, ())
+    assert row.status is FailureStatus.DEAD and row.attempts == 3
+    assert row.note == "dead after 3 attempts (max_attempts=3)"
