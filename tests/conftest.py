@@ -6,7 +6,6 @@ SQL or Redis override ``anyio_backend`` to return ``"asyncio"``.
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Iterator
 
@@ -57,10 +56,15 @@ def postgres_server() -> Iterator[PostgresServer]:
 
 @pytest.fixture
 def postgres_url(postgres_server: PostgresServer) -> str:
-    """A SQLAlchemy asyncpg URL of a fresh, empty database of its own for each test."""
-    database = f"t{next(_postgres_databases)}"
-    postgres_server.execute(f'CREATE DATABASE "{database}" TEMPLATE template0')
-    return postgres_server.url(database)
+    """A SQLAlchemy asyncpg URL of the session's database, emptied for this test.
 
-
-_postgres_databases = itertools.count(1)
+    Emptying the ``public`` schema takes ~30 ms where a fresh database takes ~400 ms; a
+    connection an earlier test leaked is ended first, so that it cannot hold a lock.
+    """
+    postgres_server.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid(); "
+        "SET lock_timeout = '5s'; DROP SCHEMA public CASCADE; CREATE SCHEMA public",
+        database=postgres_server.database,
+    )
+    return postgres_server.url()
