@@ -6,7 +6,9 @@ nothing is subtracted. Cases of one table are timed round-robin (one sample of e
 round, after a warm-up round), so that a noisy neighbour slows the baseline and the subject
 alike; the garbage collector is off while a sample runs. Each row reports the median, min and
 max ns per operation over the rounds, and its ratio to its baseline row: the median of the
-per-round ratios (the ratio of medians where rounds do not pair up).
+per-round ratios (the ratio of medians where rounds do not pair up). The "(cpu)" column is the
+same ratio in CPU time of this process, which other processes cannot inflate: on a quiet
+machine both agree; on a shared one, trust the CPU column.
 """
 
 from __future__ import annotations
@@ -84,9 +86,14 @@ def parse_options(description: str | None, argv: Sequence[str] | None = None) ->
 
 @dataclasses.dataclass(frozen=True)
 class Stats:
-    """Samples of one case, in ns per operation (or in the table's unit)."""
+    """Samples of one case, in ns per operation (or in the table's unit).
+
+    ``cpu`` holds the same samples in CPU time of this process (``time.process_time_ns``), which
+    other processes on a shared machine do not inflate; ``None`` where not measured.
+    """
 
     samples: tuple[float, ...]
+    cpu: tuple[float, ...] | None = None
 
     @property
     def median(self) -> float:
@@ -123,34 +130,44 @@ class Table:
     def add(self, row: Row) -> None:
         self.rows.append(row)
 
-    def ratio(self, row: Row) -> float | None:
+    def ratio(self, row: Row, *, cpu: bool = False) -> float | None:
+        """Ratio to the baseline row, in wall time (or in CPU time with *cpu*)."""
         if row.stats is None or row.baseline is None:
             return None
         base = next((r for r in self.rows if r.label == row.baseline), None)
         if base is None or base.stats is None or base.stats.median == 0:
             return None
         mine, theirs = row.stats.samples, base.stats.samples
+        if cpu:
+            if row.stats.cpu is None or base.stats.cpu is None:
+                return None
+            mine, theirs = row.stats.cpu, base.stats.cpu
         if len(mine) == len(theirs) and all(theirs):
             # Samples of one round were taken back to back: the median of per-round ratios
             # cancels most of the machine's drift (other processes, frequency changes).
             return statistics.median(a / b for a, b in zip(mine, theirs, strict=True))
-        return row.stats.median / base.stats.median
+        return statistics.median(mine) / statistics.median(theirs)
 
     def render(self) -> str:
         width = max([len(r.label) for r in self.rows] + [28])
+        has_cpu = any(r.stats is not None and r.stats.cpu is not None for r in self.rows)
+        cpu_head = f"  {'(cpu)':>7}" if has_cpu else ""
         head = (
             f"{'case':<{width}}  {'median':>10}  {'min':>10}  {'max':>10}  "
-            f"{self.ratio_header:>8}  note"
+            f"{self.ratio_header:>8}{cpu_head}  note"
         )
         lines = [f"== {self.title} ({self.unit}) ==", head, "-" * len(head)]
         for row in self.rows:
             if row.stats is None:
-                cells = f"{'n/a':>10}  {'':>10}  {'':>10}  {'':>8}"
+                cells = f"{'n/a':>10}  {'':>10}  {'':>10}  {'':>8}" + " " * len(cpu_head)
             else:
                 ratio = self.ratio(row)
                 rtext = "" if ratio is None else f"{ratio:.2f}x"
                 s = row.stats
                 cells = f"{_num(s.median)}  {_num(s.min)}  {_num(s.max)}  {rtext:>8}"
+                if has_cpu:
+                    cpu = self.ratio(row, cpu=True)
+                    cells += f"  {'' if cpu is None else f'{cpu:.2f}x':>7}"
             lines.append(f"{row.label:<{width}}  {cells}  {row.note}".rstrip())
         return "\n".join(lines)
 
@@ -167,6 +184,10 @@ class Table:
                     "samples": None if r.stats is None else list(r.stats.samples),
                     "baseline": r.baseline,
                     "ratio": self.ratio(r),
+                    "cpu_samples": None
+                    if r.stats is None or r.stats.cpu is None
+                    else list(r.stats.cpu),
+                    "cpu_ratio": self.ratio(r, cpu=True),
                     "note": r.note,
                 }
                 for r in self.rows
@@ -219,6 +240,7 @@ def run_sync_cases(
         for label, loop in cases.items()
     }
     samples: dict[str, list[float]] = {label: [] for label in cases}
+    cpu: dict[str, list[float]] = {label: [] for label in cases}
     gc_was_enabled = gc.isenabled()
     gc.collect()
     gc.freeze()  # what set-up built is never scanned again: a collect per sample stays cheap
@@ -228,19 +250,22 @@ def run_sync_cases(
                 n = counts[label]
                 gc.collect()
                 gc.disable()
+                cpu_start = time.process_time_ns()
                 start = time.perf_counter_ns()
                 loop(n)
                 elapsed = time.perf_counter_ns() - start
+                cpu_elapsed = time.process_time_ns() - cpu_start
                 gc.enable()
                 if rnd >= WARMUP:
                     samples[label].append(elapsed / n)
+                    cpu[label].append(cpu_elapsed / n)
     finally:
         gc.unfreeze()
         if gc_was_enabled:
             gc.enable()
         else:
             gc.disable()
-    return {label: Stats(tuple(s)) for label, s in samples.items()}
+    return {label: Stats(tuple(s), tuple(cpu[label])) for label, s in samples.items()}
 
 
 async def run_async_cases(
@@ -253,6 +278,7 @@ async def run_async_cases(
         for label, loop in cases.items()
     }
     samples: dict[str, list[float]] = {label: [] for label in cases}
+    cpu: dict[str, list[float]] = {label: [] for label in cases}
     gc_was_enabled = gc.isenabled()
     gc.collect()
     gc.freeze()  # what set-up built is never scanned again: a collect per sample stays cheap
@@ -262,19 +288,22 @@ async def run_async_cases(
                 n = counts[label]
                 gc.collect()
                 gc.disable()
+                cpu_start = time.process_time_ns()
                 start = time.perf_counter_ns()
                 await loop(n)
                 elapsed = time.perf_counter_ns() - start
+                cpu_elapsed = time.process_time_ns() - cpu_start
                 gc.enable()
                 if rnd >= WARMUP:
                     samples[label].append(elapsed / n)
+                    cpu[label].append(cpu_elapsed / n)
     finally:
         gc.unfreeze()
         if gc_was_enabled:
             gc.enable()
         else:
             gc.disable()
-    return {label: Stats(tuple(s)) for label, s in samples.items()}
+    return {label: Stats(tuple(s), tuple(cpu[label])) for label, s in samples.items()}
 
 
 # -- environment and output -----------------------------------------------------------------------
