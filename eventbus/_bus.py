@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import inspect
 import itertools
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
@@ -38,7 +40,7 @@ from ._exceptions import (
 )
 from ._failures import FailureRecord, new_event_id
 from ._listeners import ErrorPolicy, Listener, Outcome, default_listener_name, is_async_callable
-from ._patterns import compile_pattern, is_pattern, matches
+from ._patterns import compile_pattern, is_pattern, match_segments
 from .backends.memory import MemoryFailureStore
 
 if TYPE_CHECKING:
@@ -53,8 +55,54 @@ E = TypeVar("E", bound=Event)
 R = TypeVar("R")
 
 # Async-hop depth (a listener run by a worker or by emit_async that emits again). Sync nesting
-# is counted on the bus itself: between two awaits it always returns to zero.
+# is counted on the bus itself: between two awaits it always returns to zero. The bus counts the
+# calls that have set it (``_hops``), so that ``emit()`` reads it only while one is running.
 _async_depth: contextvars.ContextVar[int] = contextvars.ContextVar("eventbus_depth", default=0)
+
+_AWAITABLE_HINT = "returned an awaitable; declare it async def or subscribe the coroutine function"
+_HOOK = "on_failure"
+
+
+def _cancelled_from_outside() -> bool:
+    """Whether a cancellation seen now comes from an enclosing scope, not from the listener.
+
+    A listener may raise the cancellation exception itself (asyncio: it awaited a future that
+    was cancelled elsewhere); that is its failure. A scope of ours or the publisher's shows as a
+    cancelled effective deadline, and a plain ``task.cancel()`` as ``cancelling()``.
+    """
+    deadline = anyio.current_effective_deadline()
+    if deadline == -math.inf or deadline <= anyio.current_time():
+        return True
+    if anyio.get_cancelled_exc_class() is not _asyncio_cancelled():
+        return False  # trio: a listener cannot raise Cancelled without a scope
+    import asyncio
+
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _asyncio_cancelled() -> type[BaseException]:
+    import asyncio
+
+    return asyncio.CancelledError
+
+
+def _awaitable_error(name: str, value: object) -> TypeError:
+    """Close what a sync-looking listener returned and say how to subscribe it properly."""
+    close = getattr(value, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception:
+            logger.exception("closing the awaitable of %r raised", name)
+    return TypeError(f"listener {name!r} {_AWAITABLE_HINT}")
+
+
+def _add_note_once(exc: BaseException, listener: str) -> None:
+    # An exception instance raised again (a cached error, say) must not gain a note per emit.
+    note = f"listener: {listener}"
+    if note not in getattr(exc, "__notes__", ()):
+        exc.add_note(note)
 
 
 class _TypedDecorator(Protocol[E]):
@@ -91,11 +139,16 @@ class _Emission:
 
 
 class _Job:
-    __slots__ = ("emission", "listener")
+    """A queued async call; its attempts and last error survive a shutdown that cuts it short."""
+
+    __slots__ = ("attempts", "emission", "last_error", "listener", "scope")
 
     def __init__(self, listener: Listener, emission: _Emission) -> None:
         self.listener = listener
         self.emission = emission
+        self.attempts = 0
+        self.last_error: BaseException | None = None
+        self.scope: anyio.CancelScope | None = None
 
 
 class _FastPlan(tuple[Callable[[Any], Any], ...]):
@@ -148,28 +201,29 @@ class EventBus:
         shutdown_grace: float = 5.0,
         max_depth: int = 32,
         retry_backoff: float = 0.1,
-        on_failure: Callable[[FailureRecord], object] | None = None,
+        on_failure: Callable[[FailureRecord], None] | None = None,
     ) -> None:
-        if errors not in ("capture", "propagate"):
-            raise ValueError(f"errors={errors!r} is not a policy; use 'capture' or 'propagate'")
         if queue_size < 0 or workers < 1 or max_depth < 1 or shutdown_grace < 0:
             raise ValueError(
                 "queue_size must be >= 0, workers >= 1, max_depth >= 1 and shutdown_grace >= 0"
             )
+        # event type -> plain callables (fast path) or a _Plan (slow path)
+        self._plans: dict[type[Event], _FastPlan | _Plan] = {}
+        self._plan_builds = 0  # how many plans were built (tests check that caches are used)
         self.registry = registry if registry is not None else default_registry
         self.failures: FailureStore = failures if failures is not None else MemoryFailureStore()
-        self.errors: ErrorPolicy = errors
+        self.errors = errors
         self.queue_size = queue_size
         self.workers = workers
         self.shutdown_grace = shutdown_grace
+        self._hops = 0  # async listener calls in progress that set ``_async_depth``
         self.max_depth = max_depth
         self.retry_backoff = retry_backoff
         self.on_failure = on_failure
+        self._in_hook = False
         self._subs: list[Listener] = []
         self._names: dict[str, Listener] = {}
         self._seq = itertools.count()
-        # event type -> plain callables (fast path) or a _Plan (slow path)
-        self._plans: dict[type[Event], _FastPlan | _Plan] = {}
         self._depth = 0
         self._running = False
         self._closing = False
@@ -182,6 +236,61 @@ class EventBus:
         self._tg: TaskGroup | None = None
         self._dropped = 0
         self._failure_count = 0
+        self._owner: object = None  # the task that entered, the only one that may leave
+
+    @property
+    def errors(self) -> ErrorPolicy:
+        """The default error policy; setting it rebuilds the cached dispatch plans."""
+        return self._errors
+
+    @errors.setter
+    def errors(self, errors: ErrorPolicy) -> None:
+        if errors not in ("capture", "propagate"):
+            raise ValueError(f"errors={errors!r} is not a policy; use 'capture' or 'propagate'")
+        self._errors: ErrorPolicy = errors
+        self._plans.clear()
+
+    @property
+    def max_depth(self) -> int:
+        """How deeply emits may nest, sync and async hops together."""
+        return self._max_depth
+
+    @max_depth.setter
+    def max_depth(self, max_depth: int) -> None:
+        if not isinstance(max_depth, int) or max_depth < 1:
+            raise ValueError(f"max_depth={max_depth!r} must be an int >= 1")
+        self._max_depth = max_depth
+        self._sync_limit()
+
+    def _sync_limit(self) -> None:
+        # ``emit()`` compares its sync depth with ``_fast_limit`` alone: max_depth while no
+        # async call is in progress, else 0, which sends it to the exact check with the hop depth.
+        self._fast_limit = 0 if self._hops else self._max_depth
+
+    def _enter_hop(self, depth: int) -> contextvars.Token[int]:
+        self._hops += 1
+        self._fast_limit = 0
+        return _async_depth.set(depth)
+
+    def _leave_hop(self, token: contextvars.Token[int]) -> None:
+        _async_depth.reset(token)
+        self._hops -= 1
+        if not self._hops:
+            self._fast_limit = self._max_depth
+
+    @property
+    def on_failure(self) -> Callable[[FailureRecord], None] | None:
+        """Called with each new :class:`FailureRecord`; must be a plain (sync) callable."""
+        return self._on_failure
+
+    @on_failure.setter
+    def on_failure(self, hook: Callable[[FailureRecord], None] | None) -> None:
+        if hook is not None and (not callable(hook) or is_async_callable(hook)):
+            raise TypeError(
+                f"on_failure={hook!r} must be a sync callable: the bus calls it inline and "
+                "never awaits it; to alert asynchronously, start a task or emit an event from it"
+            )
+        self._on_failure = hook
 
     def __repr__(self) -> str:
         return (
@@ -300,6 +409,7 @@ class EventBus:
                 retries=retries,
                 errors=errors,
                 seq=next(self._seq),
+                segments=compile_pattern(pattern),
             )
             self._subs.append(sub)
             self._names[lname] = sub
@@ -311,19 +421,53 @@ class EventBus:
         return subscribe
 
     @overload
-    def once(self, event: type[E], /, **options: Any) -> _TypedDecorator[E]: ...
-
-    @overload
-    def once(self, event: str, /, **options: Any) -> _TypedDecorator[Event]: ...
+    def once(
+        self,
+        event: type[E],
+        /,
+        *,
+        name: str | None = ...,
+        timeout: float | None = ...,
+        retries: int = ...,
+        errors: ErrorPolicy | None = ...,
+    ) -> _TypedDecorator[E]: ...
 
     @overload
     def once(
-        self, event: type[E], listener: Callable[[E], R], /, **options: Any
+        self,
+        event: str,
+        /,
+        *,
+        name: str | None = ...,
+        timeout: float | None = ...,
+        retries: int = ...,
+        errors: ErrorPolicy | None = ...,
+    ) -> _TypedDecorator[Event]: ...
+
+    @overload
+    def once(
+        self,
+        event: type[E],
+        listener: Callable[[E], R],
+        /,
+        *,
+        name: str | None = ...,
+        timeout: float | None = ...,
+        retries: int = ...,
+        errors: ErrorPolicy | None = ...,
     ) -> Callable[[E], R]: ...
 
     @overload
     def once(
-        self, event: str, listener: Callable[[Event], R], /, **options: Any
+        self,
+        event: str,
+        listener: Callable[[Event], R],
+        /,
+        *,
+        name: str | None = ...,
+        timeout: float | None = ...,
+        retries: int = ...,
+        errors: ErrorPolicy | None = ...,
     ) -> Callable[[Event], R]: ...
 
     def once(
@@ -331,9 +475,19 @@ class EventBus:
         event: type[Event] | str,
         listener: Callable[[Any], Any] | None = None,
         /,
-        **options: Any,
+        *,
+        name: str | None = None,
+        timeout: float | None = None,
+        retries: int = 0,
+        errors: ErrorPolicy | None = None,
     ) -> Any:
         """Like :meth:`on` with ``once=True``, as a decorator or a call."""
+        options: dict[str, Any] = {
+            "name": name,
+            "timeout": timeout,
+            "retries": retries,
+            "errors": errors,
+        }
         if listener is None:
             return self.on(event, once=True, **options)
         return self.on(event, listener, once=True, **options)
@@ -401,7 +555,11 @@ class EventBus:
                     f"the bus's registry declares {name!r} as {own.__module__}.{own.__qualname__}"
                 )
             raise UnknownEventError(name or cls.__qualname__, hint)
-        return _Plan(tuple(s for s in self._subs if s.pattern == name or matches(s.pattern, name)))
+        self._plan_builds += 1
+        segs = tuple(name.split("."))
+        return _Plan(
+            tuple(s for s in self._subs if s.pattern == name or match_segments(s.segments, segs))
+        )
 
     def _plan_for(self, cls: type[Event]) -> _FastPlan | _Plan:
         plan = self._build_plan(cls)
@@ -431,23 +589,24 @@ class EventBus:
         :raises BusNotRunningError: if async listeners match and ``async with bus:`` is not entered
         :raises ListenerErrors: under ``errors="propagate"``, after every sync listener ran
         """
+        if payload is not None:  # a name and its payload; an instance with one is refused
+            event = self._coerce(event, payload)
         try:
             plan = self._plans[event.__class__]  # type: ignore[index]
         except KeyError:
-            event = self._coerce(event, payload)
-            plan = self._plan_for(event.__class__)
+            event = self._coerce(event, None)
+            plan = self._cached_plan(event.__class__)
         if type(plan) is _FastPlan:  # narrows for mypy, unlike ``plan.__class__``
             depth = self._depth
-            if depth >= self.max_depth:
-                raise RecursionLimitError(
-                    getattr(event, "__event_name__", str(event)), self.max_depth
-                )
+            if depth >= self._fast_limit:  # max_depth, or 0 while async hops are in progress
+                self._check_depth(event, depth)  # type: ignore[arg-type]
             self._depth = depth + 1
             event_id = None  # made by the first failure, shared by the emission's others
             try:
                 for fn in plan:
                     try:
-                        fn(event)
+                        if (value := fn(event)) is not None and inspect.isawaitable(value):
+                            raise _awaitable_error(self._fast_sub(plan, fn).name, value)
                     except Exception as exc:
                         event_id = self._fast_failure(
                             event,  # type: ignore[arg-type]
@@ -475,6 +634,20 @@ class EventBus:
             )
         return event
 
+    def _cached_plan(self, cls: type[Event]) -> _FastPlan | _Plan:
+        plan = self._plans.get(cls)
+        return plan if plan is not None else self._plan_for(cls)
+
+    def _check_depth(self, event: Event, sync_depth: int) -> None:
+        if sync_depth + _async_depth.get() >= self._max_depth:
+            raise RecursionLimitError(event.__event_name__, self._max_depth)
+
+    @staticmethod
+    def _fast_sub(plan: _FastPlan, fn: Callable[[Any], Any]) -> Listener:
+        # By identity: a fast plan holds no object twice, but ``tuple.index`` compares with
+        # ``==``, and equal callables (a bound method subscribed twice under two names) differ.
+        return next(s for s, f in zip(plan.subs, plan, strict=True) if f is fn)
+
     def _fast_failure(
         self,
         event: Event,
@@ -484,9 +657,7 @@ class EventBus:
         event_id: str | None = None,
     ) -> str:
         """Record a fast-path failure; pass the id it returns back for the emission's next one."""
-        # By identity: a fast plan holds no object twice, but ``tuple.index`` compares with
-        # ``==``, and equal callables (a bound method subscribed twice under two names) differ.
-        sub = next(s for s, f in zip(plan.subs, plan, strict=True) if f is fn)
+        sub = self._fast_sub(plan, fn)
         if event_id is None:
             event_id = new_event_id()
         self._record(event, event_id, sub.name, exc, 1)
@@ -517,7 +688,7 @@ class EventBus:
                     continue
                 exc, _value, _rec = self._call_sync(sub, emission)
                 if exc is not None and (sub.errors or self.errors) == "propagate":
-                    exc.add_note(f"listener: {sub.name}")
+                    _add_note_once(exc, sub.name)
                     raised.append(exc)
         finally:
             self._depth -= 1
@@ -550,44 +721,81 @@ class EventBus:
     def _call_sync(
         self, sub: Listener, emission: _Emission
     ) -> tuple[Exception | None, Any, FailureRecord | None]:
+        """One sync call with immediate retries (``emit()`` never waits, so it never sleeps)."""
         attempts = 0
         while True:
             attempts += 1
             try:
-                return None, sub.fn(emission.event), None
+                value = sub.fn(emission.event)
+                if value is not None and inspect.isawaitable(value):
+                    # Retrying cannot help: the listener is declared wrong, not failing.
+                    attempts = sub.retries + 1
+                    raise _awaitable_error(sub.name, value)
+                return None, value, None
             except Exception as exc:
                 if attempts <= sub.retries:
                     continue
                 rec = self._record(emission.event, emission.event_id, sub.name, exc, attempts)
                 return exc, None, rec
 
+    def _backoff(self, attempts: int) -> float:
+        return min(self.retry_backoff * 2.0 ** (attempts - 1), 30.0)
+
     async def _call_async(
-        self, sub: Listener, emission: _Emission
-    ) -> tuple[Exception | None, Any, FailureRecord | None]:
+        self, sub: Listener, emission: _Emission, job: _Job | None = None
+    ) -> tuple[BaseException | None, Any, FailureRecord | None]:
+        """Call *sub* with retries and backoff; a sync *sub* is run inline (``emit_async()``).
+
+        A cancellation the listener raised itself is its failure; one from an enclosing scope
+        propagates. With a *job*, attempts and the last error are kept on it, and a failure
+        after shutdown cut the job short is left for shutdown to record.
+        """
         attempts = 0
-        token = _async_depth.set(emission.depth)
+        token = self._enter_hop(emission.depth)
         try:
             while True:
                 attempts += 1
+                if job is not None:
+                    job.attempts = attempts
                 try:
-                    return None, await self._invoke(sub, emission.event), None
-                except Exception as exc:
+                    if sub.is_async:
+                        value = await self._invoke(sub, emission.event)
+                    else:
+                        value = sub.fn(emission.event)
+                        if value is not None and inspect.isawaitable(value):
+                            value = await value
+                    return None, value, None
+                except BaseException as exc:
+                    if not isinstance(exc, Exception) and (
+                        not isinstance(exc, anyio.get_cancelled_exc_class())
+                        or _cancelled_from_outside()
+                    ):
+                        raise
+                    if job is not None:
+                        job.last_error = exc
+                        if job.scope is not None and job.scope.cancel_called:
+                            return exc, None, None  # shutdown records it, with attempts
                     if attempts <= sub.retries:
-                        await anyio.sleep(min(self.retry_backoff * 2 ** (attempts - 1), 30.0))
+                        await anyio.sleep(self._backoff(attempts))
                         continue
                     rec = self._record(emission.event, emission.event_id, sub.name, exc, attempts)
                     return exc, None, rec
         finally:
-            _async_depth.reset(token)
+            self._leave_hop(token)
 
     async def _invoke(self, sub: Listener, event: Event) -> Any:
         if sub.timeout is None:
             return await sub.fn(event)
         with anyio.move_on_after(sub.timeout) as scope:
-            return await sub.fn(event)
-        if scope.cancelled_caught:
+            try:
+                value = await sub.fn(event)
+            except Exception as exc:
+                if scope.cancel_called:  # the listener turned our cancellation into an error
+                    raise ListenerTimeoutError(sub.name, sub.timeout) from exc
+                raise
+        if scope.cancel_called:  # cancelled, whether or not the listener swallowed it
             raise ListenerTimeoutError(sub.name, sub.timeout)
-        return None  # pragma: no cover - the body either returned or was cancelled
+        return value
 
     async def call_listener(self, sub: Listener, event: Event) -> Outcome:
         """Call one listener once, honouring its timeout, recording nothing (retries use this)."""
@@ -598,6 +806,8 @@ class EventBus:
             else:
                 await checkpoint()
                 value = sub.fn(event)
+                if value is not None and inspect.isawaitable(value):
+                    value = await value
         except Exception as exc:
             return Outcome(sub.name, None, exc, time.perf_counter() - start)
         return Outcome(sub.name, value, None, time.perf_counter() - start)
@@ -614,8 +824,8 @@ class EventBus:
         event = self._coerce(event, payload)
         plan = self._build_plan_cached(event.__class__)
         depth = self._depth + _async_depth.get()
-        if depth >= self.max_depth:
-            raise RecursionLimitError(event.__event_name__, self.max_depth)
+        if depth >= self._max_depth:
+            raise RecursionLimitError(event.__event_name__, self._max_depth)
         emission = _Emission(event, depth + 1)
         outcomes: list[Outcome | None] = [None] * len(plan.listeners)
 
@@ -633,20 +843,14 @@ class EventBus:
                     self._remove(sub)
                 if sub.is_async:
                     tg.start_soon(run, i, sub)
-                else:
-                    start = time.perf_counter()
-                    token = _async_depth.set(emission.depth)
-                    try:
-                        exc, value, rec = self._call_sync(sub, emission)
-                    finally:
-                        _async_depth.reset(token)
-                    outcomes[i] = Outcome(sub.name, value, exc, time.perf_counter() - start, rec)
+                else:  # inline, in order; retries sleep here, and an awaitable is awaited
+                    await run(i, sub)
         ran = [(s, o) for s, o in zip(plan.listeners, outcomes, strict=True) if o is not None]
         done = [out for _, out in ran]
         raised: list[Exception] = []
         for sub, out in ran:
             if isinstance(out.error, Exception) and (sub.errors or self.errors) == "propagate":
-                out.error.add_note(f"listener: {sub.name}")
+                _add_note_once(out.error, sub.name)
                 raised.append(out.error)
         if raised:
             raise ListenerErrors.for_event(event.__event_name__, raised)
@@ -656,16 +860,27 @@ class EventBus:
         plan = self._plans.get(cls)
         if plan is None:
             plan = self._plan_for(cls)
-        return plan if isinstance(plan, _Plan) else self._build_plan(cls)
+        return plan if isinstance(plan, _Plan) else plan.plan
 
     # -- failures -------------------------------------------------------------------------------
 
     def _record(
         self, event: Event, event_id: str, listener: str, exc: BaseException, attempts: int
     ) -> FailureRecord:
-        rec = FailureRecord.from_exception(
-            event=event, event_id=event_id, listener=listener, exc=exc, attempts=attempts
-        )
+        """Build, log, store and announce one failure; nothing here may raise to the caller."""
+        try:
+            rec = FailureRecord.from_exception(
+                event=event, event_id=event_id, listener=listener, exc=exc, attempts=attempts
+            )
+        except Exception:
+            logger.exception("building the failure record of %r failed; keeping less", listener)
+            rec = FailureRecord.minimal(
+                event_name=event.__event_name__,
+                event_id=event_id,
+                listener=listener,
+                exc=exc,
+                attempts=attempts,
+            )
         self._failure_count += 1
         logger.error(
             "listener %r failed for %r (event_id=%s, attempts=%d): %s: %s",
@@ -675,7 +890,8 @@ class EventBus:
             attempts,
             rec.error_type,
             rec.message,
-            exc_info=exc,
+            # A bus-made error (dropped, shutdown) has no frames worth formatting again.
+            exc_info=exc if exc.__traceback__ is not None or exc.__cause__ is not None else None,
         )
         try:
             self.failures.record(rec)
@@ -683,11 +899,20 @@ class EventBus:
             logger.exception(
                 "failure store %r refused a record; its content: %r", self.failures, rec
             )
-        if self.on_failure is not None:
+        hook = self._on_failure
+        if hook is not None and not self._in_hook:
+            # Failures the hook causes (it emits, say) are recorded, but do not re-enter it:
+            # a hook that alerts through a failing bus would otherwise multiply them.
+            self._in_hook = True
             try:
-                self.on_failure(rec)
+                result = hook(rec)
+                if result is not None and inspect.isawaitable(result):
+                    _awaitable_error(_HOOK, result)
+                    logger.error("on_failure hook %r %s", hook, _AWAITABLE_HINT)
             except Exception:
-                logger.exception("on_failure hook %r raised", self.on_failure)
+                logger.exception("on_failure hook %r raised", hook)
+            finally:
+                self._in_hook = False
         return rec
 
     async def retry_failures(
@@ -745,6 +970,7 @@ class EventBus:
         self._stack = stack
         self._running = True
         self._closing = False
+        self._owner = anyio.get_current_task().id
         return self
 
     async def __aexit__(
@@ -766,6 +992,9 @@ class EventBus:
                     await self._workers_done.wait()
                 if not self._workers_done.is_set():
                     assert self._worker_scope is not None
+                    for job in list(self._in_flight):
+                        if job.scope is not None:
+                            job.scope.cancel()
                     self._worker_scope.cancel()
                     await self._workers_done.wait()
                 self._record_unfinished()
@@ -779,8 +1008,16 @@ class EventBus:
             await stack.__aexit__(None, None, None)
 
     async def aclose(self) -> None:
-        """Leave the running state as ``async with`` would, draining with the grace period."""
+        """Leave the running state as ``async with`` would, draining with the grace period.
+
+        :raises RuntimeError: if called from another task than the one that entered the bus
+        """
         if self._stack is not None:
+            if anyio.get_current_task().id != self._owner:
+                raise RuntimeError(
+                    f"aclose() of {self!r} from another task than the one that entered it; "
+                    "close the bus in the task that entered it (its task group lives there)"
+                )
             await self.__aexit__(None, None, None)
 
     async def _run_workers(self, recv: MemoryObjectReceiveStream[_Job]) -> None:
@@ -797,17 +1034,25 @@ class EventBus:
         async with recv:
             async for job in recv:
                 self._in_flight.add(job)
-                await self._call_async(job.listener, job.emission)
-                self._in_flight.discard(job)  # skipped on cancellation: shutdown records it
+                # Its own scope, cancelled by shutdown: a job cut short is recorded as such even
+                # if the listener swallowed the cancellation and returned.
+                with anyio.CancelScope() as job.scope:
+                    await self._call_async(job.listener, job.emission, job)
+                if not job.scope.cancel_called:
+                    self._in_flight.discard(job)  # else shutdown records it
 
     def _record_unfinished(self) -> None:
         for job in list(self._in_flight):
+            err = ListenerShutdownError(
+                job.listener.name, self.shutdown_grace, started=True, last_error=job.last_error
+            )
+            err.__cause__ = job.last_error
             self._record(
                 job.emission.event,
                 job.emission.event_id,
                 job.listener.name,
-                ListenerShutdownError(job.listener.name, self.shutdown_grace, started=True),
-                1,
+                err,
+                max(job.attempts, 1),
             )
         self._in_flight.clear()
         leftovers, self._leftovers = self._leftovers, None

@@ -134,15 +134,23 @@ class ListenerDroppedError(EventBusError):
 
 
 class ListenerShutdownError(EventBusError):
-    def __init__(self, listener: str, grace: float, started: bool) -> None:
+    """A call that shutdown cut short; ``__cause__`` is its last attempt's error, if any."""
+
+    def __init__(
+        self, listener: str, grace: float, started: bool, last_error: BaseException | None = None
+    ) -> None:
         self.listener = listener
         self.started = started
         self.grace = grace
         state = (
             "was still running, and was cancelled," if started else "never started: still queued"
         )
+        last = ""
+        if last_error is not None:
+            last = f"; its last attempt raised {type(last_error).__name__}: {_safe(last_error)}"
         super().__init__(
             f"shutdown: listener {listener!r} {state} when the grace period ({grace:g}s) ended"
+            + last
         )
 
 
@@ -171,3 +179,10 @@ class ListenerErrors(ExceptionGroup[Exception]):
 
     def derive(self, excs: Sequence[Exception]) -> ListenerErrors:  # type: ignore[override]
         return ListenerErrors(self.message, excs, event=self.event)
+
+
+def _safe(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return f"<unprintable {type(exc).__qualname__}>"

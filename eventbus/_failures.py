@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from ._codec import encode_payload
 from ._events import Event
 
-__all__ = ["FailureRecord", "FailureStatus", "new_event_id"]
+__all__ = ["FailureRecord", "FailureStatus", "new_event_id", "safe_str"]
 
 
 class FailureStatus(enum.StrEnum):
@@ -68,8 +68,8 @@ class FailureRecord:
             payload_ok=ok,
             listener=listener,
             error_type=_qualified_type(exc),
-            message=str(exc),
-            traceback="".join(traceback.format_exception(exc)),
+            message=safe_str(exc),
+            traceback=_format_traceback(exc),
             attempts=attempts,
             first_failed_at=now,
             last_failed_at=now,
@@ -78,9 +78,50 @@ class FailureRecord:
     def replace(self, **changes: object) -> FailureRecord:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
+    @classmethod
+    def minimal(
+        cls, *, event_name: str, event_id: str, listener: str, exc: BaseException, attempts: int
+    ) -> FailureRecord:
+        """A record with no payload or traceback, for when :meth:`from_exception` itself failed."""
+        now = datetime.now(UTC)
+        return cls(
+            id=uuid.uuid4().hex,
+            event_id=event_id,
+            event_name=event_name,
+            payload="null",
+            payload_ok=False,
+            listener=listener,
+            error_type=_qualified_type(exc),
+            message=safe_str(exc),
+            traceback="",
+            attempts=attempts,
+            first_failed_at=now,
+            last_failed_at=now,
+        )
+
 
 def new_event_id() -> str:
     return uuid.uuid4().hex
+
+
+def safe_str(obj: object) -> str:
+    """``str(obj)``, or ``repr``, or ``<unprintable TypeName>``: a failure is never lost to it."""
+    for fmt in (str, repr):
+        try:
+            return fmt(obj)
+        except Exception:
+            continue
+    return f"<unprintable {type(obj).__qualname__}>"
+
+
+def _format_traceback(exc: BaseException) -> str:
+    if exc.__traceback__ is None and exc.__cause__ is None and exc.__context__ is None:
+        # A bus-made error (dropped, shutdown) has no frames: skip the traceback machinery.
+        return f"{_qualified_type(exc)}: {safe_str(exc)}\n"
+    try:
+        return "".join(traceback.format_exception(exc))
+    except Exception:
+        return f"{_qualified_type(exc)}: {safe_str(exc)}\n(traceback could not be formatted)\n"
 
 
 def _qualified_type(exc: BaseException) -> str:

@@ -29,6 +29,7 @@ class Listener:
     errors: ErrorPolicy | None = None
     seq: int = 0
     fired: bool = False
+    segments: tuple[str, ...] = ()  # the compiled pattern, matched when a plan is built
 
     def __repr__(self) -> str:
         kind = "async" if self.is_async else "sync"
@@ -59,7 +60,15 @@ def default_listener_name(fn: Callable[..., Any]) -> str:
 
 
 def is_async_callable(fn: Callable[..., Any]) -> bool:
-    while isinstance(fn, functools.partial):
-        fn = fn.func
+    """Whether calling *fn* makes a coroutine, seeing through partials and ``functools.wraps``.
+
+    A sync wrapper around an ``async def`` (a logging decorator, say) returns a coroutine, so it
+    must run as an async listener or it never runs at all.
+    """
+    for _ in range(100):  # partial(wraps(partial(...))): peel until nothing changes
+        inner = fn.func if isinstance(fn, functools.partial) else inspect.unwrap(fn)
+        if inner is fn:
+            break
+        fn = inner
     call = None if inspect.isroutine(fn) else type(fn).__dict__.get("__call__")
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)

@@ -2,7 +2,9 @@
 
 A name is dot-separated segments of ``[a-z0-9_-]+``. In a pattern, ``*`` matches exactly one
 segment and ``**`` zero or more, anywhere. Matching runs only when a dispatch plan is built
-(once per event name), so it favours clarity over speed.
+(once per event name), so it favours clarity over speed; the bus compiles each subscription's
+pattern once and matches with :func:`match_segments`, so the size of the ``compile_pattern``
+cache never matters to it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from functools import lru_cache
 
 from ._exceptions import InvalidEventNameError, InvalidPatternError
 
-__all__ = ["compile_pattern", "is_pattern", "matches", "validate_name"]
+__all__ = ["compile_pattern", "is_pattern", "match_segments", "matches", "validate_name"]
 
 _SEGMENT = re.compile(r"[a-z0-9_-]+")
 
@@ -73,10 +75,11 @@ def compile_pattern(pattern: str) -> tuple[str, ...]:
 
 def matches(pattern: str, name: str) -> bool:
     """Whether event *name* is matched by *pattern*."""
-    return _match(compile_pattern(pattern), tuple(name.split(".")))
+    return match_segments(compile_pattern(pattern), tuple(name.split(".")))
 
 
-def _match(pat: tuple[str, ...], segs: tuple[str, ...]) -> bool:
+def match_segments(pat: tuple[str, ...], segs: tuple[str, ...]) -> bool:
+    """Whether the segments of a name (*segs*) match a compiled pattern (*pat*)."""
     # Classic two-pointer glob match with backtracking to the last '**'.
     p = s = 0
     star_p = star_s = -1
