@@ -1036,8 +1036,14 @@ class EventBus:
                 self._in_flight.add(job)
                 # Its own scope, cancelled by shutdown: a job cut short is recorded as such even
                 # if the listener swallowed the cancellation and returned.
-                with anyio.CancelScope() as job.scope:
-                    await self._call_async(job.listener, job.emission, job)
+                try:
+                    with anyio.CancelScope() as job.scope:
+                        await self._call_async(job.listener, job.emission, job)
+                except anyio.get_cancelled_exc_class():
+                    raise  # the worker scope: shutdown records the job
+                except BaseException:
+                    self._in_flight.discard(job)  # it propagates, crashing the bus: not ours
+                    raise
                 if not job.scope.cancel_called:
                     self._in_flight.discard(job)  # else shutdown records it
 

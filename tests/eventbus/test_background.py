@@ -190,10 +190,32 @@ async def test_an_error_in_the_block_propagates_after_the_drain(
     assert not bus.running
 
 
-async def test_aclose_stops_like_leaving_the_block(store: MemoryFailureStore) -> None:
-    bus = EventBus(reg, store)
-    await bus.__aenter__()
-    assert bus.running
-    await bus.aclose()
+async def test_aclose_stops_like_leaving_the_block(
+    store: MemoryFailureStore, rec: Recorder, grace: float
+) -> None:
+    """aclose() drains queued work, records failures, and records what the grace cut short."""
+
+    async def fails(e: Event) -> None:
+        raise ValueError("boom")
+
+    async def stuck(e: Event) -> None:
+        await anyio.sleep_forever()
+
+    bus = EventBus(reg, store, shutdown_grace=grace)
+    bus.on(OrderPaid, rec.async_("a"))
+    bus.on(OrderPaid, fails)
+    bus.on(OrderPaid, stuck)
+    with anyio.fail_after(grace * 10):
+        await bus.__aenter__()
+        assert bus.running
+        bus.emit(PAID)
+        await bus.aclose()
     assert not bus.running
+    assert rec.tags == ["a"]  # drained
+    recs = sorted(await store.query(), key=lambda r: r.listener)
+    assert [(r.listener.rsplit(".", 1)[-1], r.error_type) for r in recs] == [
+        ("fails", "ValueError"),
+        ("stuck", "eventbus.ListenerShutdownError"),
+    ]
     await bus.aclose()  # idempotent
+    assert len(await store.query()) == 2

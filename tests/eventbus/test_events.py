@@ -213,9 +213,14 @@ def test_emitting_a_non_event_is_refused(bus: EventBus, thing: object) -> None:
         bus.emit(thing)  # type: ignore[arg-type]
 
 
-def test_event_instance_plus_payload_is_refused(bus: EventBus) -> None:
-    with pytest.raises(TypeError, match="not both"):
-        bus.emit(OrderPaid(order_id=1, user_id=2), {"order_id": 1})
+def test_event_instance_plus_payload_is_refused(bus: EventBus, rec: Recorder) -> None:
+    """Refused on every call, also once the plan is cached (the fast path skipped the check)."""
+    bus.on(OrderPaid, rec.sync("a"))
+    bus.emit(OrderPaid(order_id=1, user_id=2))  # caches the fast plan
+    for _ in range(2):
+        with pytest.raises(TypeError, match="not both"):
+            bus.emit(OrderPaid(order_id=1, user_id=2), {"order_id": 1})
+    assert rec.tags == ["a"]
 
 
 class Colour(enum.Enum):

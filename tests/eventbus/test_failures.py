@@ -256,6 +256,46 @@ def test_base_exceptions_are_never_swallowed(bus: EventBus, rec: Recorder) -> No
     assert bus.statistics().failures == 0
 
 
+class Interrupt(BaseException):
+    """A BaseException that is not a cancellation: it must reach the caller, unrecorded."""
+
+
+def _holds(exc: BaseException, kind: type[BaseException]) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(kind) is not None
+    return isinstance(exc, kind)
+
+
+def interrupt_sync(e: Event) -> None:
+    raise Interrupt
+
+
+async def interrupt_async(e: Event) -> None:
+    await anyio.lowlevel.checkpoint()
+    raise Interrupt
+
+
+@pytest.mark.parametrize("listener", [interrupt_sync, interrupt_async])
+async def test_base_exceptions_are_never_swallowed_by_emit_async(
+    bus: EventBus, listener: object
+) -> None:
+    bus.on(OrderPaid, listener)  # type: ignore[call-overload]
+    with pytest.raises(BaseException) as info, anyio.fail_after(3):
+        await bus.emit_async(PAID)
+    assert _holds(info.value, Interrupt)
+    assert bus.statistics().failures == 0
+
+
+async def test_base_exceptions_are_never_swallowed_by_workers(bus: EventBus) -> None:
+    bus.on(OrderPaid, interrupt_async)
+    with pytest.raises(BaseException) as info, anyio.fail_after(3):
+        async with bus:
+            bus.emit(PAID)
+            await anyio.sleep_forever()  # the worker's Interrupt must end the block
+    assert _holds(info.value, Interrupt)
+    assert bus.statistics().failures == 0
+
+
 async def test_failure_of_an_equal_callable_is_recorded_under_its_own_name(
     bus: EventBus, store: MemoryFailureStore
 ) -> None:

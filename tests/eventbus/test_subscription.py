@@ -224,14 +224,21 @@ def test_dispatch_cache_sees_subscribe_and_unsubscribe(bus: EventBus, rec: Recor
 async def test_dispatch_cache_is_shared_by_emit_and_emit_async(
     bus: EventBus, rec: Recorder
 ) -> None:
+    """Each subscription change builds one plan, which both emits then reuse (counted)."""
     bus.on(OrderPaid, rec.sync("a"))
     await bus.emit_async(PAID)
     bus.emit(PAID)
+    await bus.emit_async(PAID)
+    assert bus._plan_builds == 1
     bus.on(OrderPaid, rec.sync("b"))
     await bus.emit_async(PAID)
+    bus.emit(PAID)
+    assert bus._plan_builds == 2
     bus.off(OrderPaid, "tests.eventbus.helpers:a")
     bus.emit(PAID)
-    assert rec.tags == ["a", "a", "a", "b", "b"]
+    await bus.emit_async(PAID)
+    assert bus._plan_builds == 3
+    assert rec.tags == ["a"] * 3 + ["a", "b"] * 2 + ["b"] * 2
 
 
 def test_sync_listener_with_timeout_is_refused_at_subscription(bus: EventBus) -> None:
