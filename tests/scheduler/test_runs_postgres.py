@@ -1,7 +1,8 @@
-"""SqlRunStore on a real PostgreSQL: test_runs.py's conformance suite, plus replicas racing.
+"""SqlRunStore and SqlJobStore on a real PostgreSQL: the SQLite suites, plus replicas racing.
 
-The suite's tests are collected here a second time, with this module's ``store`` fixture (a
-fresh PostgreSQL database per test) in place of the memory and SQLite ones.
+test_runs.py's and test_registry_sql.py's tests are collected here a second time, with this
+module's ``store`` and ``engine`` fixtures (an emptied PostgreSQL database per test) in place
+of the memory and SQLite ones.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from datetime import timedelta
 
 import anyio
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scheduler.abc import RunStore
-from scheduler.backends.sql import SqlRunStore
+from scheduler.backends.sql import SqlRunStore, create_tables, make_engine
+from tests.scheduler import test_registry_sql as jobs_suite
 from tests.scheduler import test_runs as suite
 
 T0 = suite.T0
@@ -30,6 +33,14 @@ async def store(postgres_url: str) -> AsyncIterator[RunStore]:
     sql = SqlRunStore.from_url(postgres_url)
     yield sql
     await sql.aclose()
+
+
+@pytest.fixture
+async def engine(postgres_url: str) -> AsyncIterator[AsyncEngine]:
+    eng = make_engine(postgres_url)
+    await create_tables(eng)
+    yield eng
+    await eng.dispose()
 
 
 test_add_update_get_round_trip_every_field = suite.test_add_update_get_round_trip_every_field
@@ -50,6 +61,13 @@ test_a_run_left_running_by_a_dead_process_is_abandoned_and_resumed = (
 test_manual_trigger_goes_through_the_same_lock = (
     suite.test_manual_trigger_goes_through_the_same_lock
 )
+test_reminders_load_at_start_and_again_after_a_restart = (
+    jobs_suite.test_reminders_load_at_start_and_again_after_a_restart
+)
+test_job_table_put_replaces_and_delete_removes = (
+    jobs_suite.test_job_table_put_replaces_and_delete_removes
+)
+test_loaded_job_fires_in_its_time_zone = jobs_suite.test_loaded_job_fires_in_its_time_zone
 
 
 async def test_replicas_racing_to_abandon_stale_runs_count_each_run_once(
