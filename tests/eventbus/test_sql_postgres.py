@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from eventbus import Event, EventBus, FailureStatus
 from eventbus.backends.sql import SqlFailureStore, create_tables
 from tests.eventbus.test_retry import PAID, Flaky, record_failures, sql_bus
-from tests.eventbus.test_sql_store import OrderPaid, make_record, reg
+from tests.eventbus.test_sql_store import OrderPaid, check_queries, make_record, reg
 
 
 @pytest.fixture
@@ -105,40 +105,7 @@ async def test_flush_without_start_writes_in_batches(
 async def test_queries_filter_get_update_and_purge(engine: AsyncEngine) -> None:
     with anyio.fail_after(10):
         async with SqlFailureStore(engine) as store:
-            for n in range(6):
-                store.record(
-                    make_record(
-                        n,
-                        listener="billing" if n % 2 else "audit",
-                        event="order.paid" if n < 4 else "user.registered",
-                    )
-                )
-            assert [r.id for r in await store.query()] == [
-                f"rec-0000{n}" for n in (5, 4, 3, 2, 1, 0)
-            ]
-            audit = await store.query(listener="audit")
-            assert [r.id for r in audit] == ["rec-00004", "rec-00002", "rec-00000"]
-            users = await store.query(event="user.registered")
-            assert [r.id for r in users] == ["rec-00005", "rec-00004"]
-            since = datetime(2026, 1, 1, 0, 3, tzinfo=UTC)
-            assert len(await store.query(since=since)) == 3
-            assert (
-                len(await store.query(since=since.astimezone(timezone(timedelta(hours=-7))))) == 3
-            )
-            assert len(await store.query(limit=2)) == 2
-
-            rec = await store.get("rec-00001")
-            assert rec is not None and rec.message == "boom 1"
-            assert await store.get("nope") is None
-            await store.update(rec.replace(status=FailureStatus.DEAD, attempts=5))
-            assert [r.id for r in await store.query(status=FailureStatus.DEAD)] == ["rec-00001"]
-            with pytest.raises(KeyError):
-                await store.update(make_record(99))
-
-            assert await store.purge(status=FailureStatus.DEAD) == 1
-            assert await store.purge(before=since) == 2
-            assert [r.id for r in await store.query()] == ["rec-00005", "rec-00004", "rec-00003"]
-            assert await store.purge() == 3
+            await check_queries(store)
 
 
 async def test_concurrent_emits_record_every_failure_once_and_only_once(postgres_url: str) -> None:

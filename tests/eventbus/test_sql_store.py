@@ -316,43 +316,48 @@ async def test_one_row_the_database_refuses_does_not_hold_back_the_batch(
     assert any("rec-00002" in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
 
 
+async def check_queries(store: SqlFailureStore) -> None:
+    """Filters, newest-first order, get, update and purge (shared with the PostgreSQL run)."""
+    for n in range(6):
+        store.record(
+            make_record(
+                n,
+                listener="billing" if n % 2 else "audit",
+                event="order.paid" if n < 4 else "user.registered",
+            )
+        )
+    assert [r.id for r in await store.query()] == [f"rec-0000{n}" for n in (5, 4, 3, 2, 1, 0)]
+    assert [r.id for r in await store.query(listener="audit")] == [
+        "rec-00004",
+        "rec-00002",
+        "rec-00000",
+    ]
+    assert [r.id for r in await store.query(event="user.registered")] == [
+        "rec-00005",
+        "rec-00004",
+    ]
+    since = datetime(2026, 1, 1, 0, 3, tzinfo=UTC)
+    assert len(await store.query(since=since)) == 3
+    assert len(await store.query(since=since.astimezone(timezone(timedelta(hours=-7))))) == 3
+    assert len(await store.query(limit=2)) == 2
+
+    rec = await store.get("rec-00001")
+    assert rec is not None and rec.message == "boom 1"
+    assert await store.get("nope") is None
+    await store.update(rec.replace(status=FailureStatus.DEAD, attempts=5))
+    assert [r.id for r in await store.query(status=FailureStatus.DEAD)] == ["rec-00001"]
+    with pytest.raises(KeyError):
+        await store.update(make_record(99))
+
+    assert await store.purge(status=FailureStatus.DEAD) == 1
+    assert await store.purge(before=since) == 2  # rec 0 and 2 (rec 1 is gone)
+    assert [r.id for r in await store.query()] == ["rec-00005", "rec-00004", "rec-00003"]
+    assert await store.purge() == 3
+
+
 async def test_queries_filter_and_return_newest_first(engine: AsyncEngine) -> None:
     async with SqlFailureStore(engine) as store:
-        for n in range(6):
-            store.record(
-                make_record(
-                    n,
-                    listener="billing" if n % 2 else "audit",
-                    event="order.paid" if n < 4 else "user.registered",
-                )
-            )
-        assert [r.id for r in await store.query()] == [f"rec-0000{n}" for n in (5, 4, 3, 2, 1, 0)]
-        assert [r.id for r in await store.query(listener="audit")] == [
-            "rec-00004",
-            "rec-00002",
-            "rec-00000",
-        ]
-        assert [r.id for r in await store.query(event="user.registered")] == [
-            "rec-00005",
-            "rec-00004",
-        ]
-        since = datetime(2026, 1, 1, 0, 3, tzinfo=UTC)
-        assert len(await store.query(since=since)) == 3
-        assert len(await store.query(since=since.astimezone(timezone(timedelta(hours=-7))))) == 3
-        assert len(await store.query(limit=2)) == 2
-
-        rec = await store.get("rec-00001")
-        assert rec is not None and rec.message == "boom 1"
-        assert await store.get("nope") is None
-        await store.update(rec.replace(status=FailureStatus.DEAD, attempts=5))
-        assert [r.id for r in await store.query(status=FailureStatus.DEAD)] == ["rec-00001"]
-        with pytest.raises(KeyError):
-            await store.update(make_record(99))
-
-        assert await store.purge(status=FailureStatus.DEAD) == 1
-        assert await store.purge(before=since) == 2  # rec 0 and 2 (rec 1 is gone)
-        assert [r.id for r in await store.query()] == ["rec-00005", "rec-00004", "rec-00003"]
-        assert await store.purge() == 3
+        await check_queries(store)
 
 
 async def test_a_given_engine_is_left_open_and_a_built_one_is_disposed(
@@ -384,7 +389,7 @@ async def test_the_sqlite_fast_path_stores_exactly_what_sqlalchemy_would(
     tmp_path: Path,
 ) -> None:
     """The driver-level batch insert must stay byte-compatible with ``insert(table)``."""
-    from eventbus.backends.sql import _DriverInsert
+    from eventbus.backends._sql_table import _DriverInsert
 
     plus2 = timezone(timedelta(hours=2))
     records = [
