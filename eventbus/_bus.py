@@ -279,12 +279,14 @@ class EventBus:
             self._fast_limit = self._max_depth
 
     @property
-    def on_failure(self) -> Callable[[FailureRecord], None] | None:
+    def on_failure(self) -> Callable[[FailureRecord], object] | None:
         """Called with each new :class:`FailureRecord`; must be a plain (sync) callable."""
         return self._on_failure
 
     @on_failure.setter
-    def on_failure(self, hook: Callable[[FailureRecord], None] | None) -> None:
+    def on_failure(self, hook: Callable[[FailureRecord], object] | None) -> None:
+        # Wider than the constructor's type, so that a saved hook can be put back; what
+        # matters, that it is not async, is checked here at run time.
         if hook is not None and (not callable(hook) or is_async_callable(hook)):
             raise TypeError(
                 f"on_failure={hook!r} must be a sync callable: the bus calls it inline and "

@@ -295,7 +295,7 @@ def test_async_on_failure_hook_is_refused(bus: EventBus) -> None:
     with pytest.raises(TypeError, match="must be a sync callable"):
         EventBus(reg, on_failure=page)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="must be a sync callable"):
-        bus.on_failure = page  # type: ignore[assignment]
+        bus.on_failure = page
     assert bus.on_failure is None
 
 
@@ -308,7 +308,7 @@ async def test_hook_returning_an_awaitable_is_closed_and_logged(
     async def alert(record: FailureRecord) -> None:
         ran.append(record)
 
-    bus.on_failure = lambda record: alert(record)  # type: ignore[assignment]
+    bus.on_failure = lambda record: alert(record)
     bus.on(OrderPaid, explode)
     with caplog.at_level(logging.ERROR, logger="eventbus"):
         bus.emit(PAID)
