@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from eventbus import EventBus
@@ -91,7 +91,9 @@ class Publisher:
                 "updated_at": now,
             },
             index_elements=["target_id", "type"],
-            index_where=t.c.status == "pending",
+            # Literal SQL, the partial index's own text: a bound parameter here makes
+            # PostgreSQL's generic plan (from a statement's sixth run) miss the index.
+            index_where=text("status = 'pending'"),
             update={"execution_time": at, "updated_at": now},
         ).returning(t.c.id)
         async with self.engine.begin() as conn:

@@ -18,7 +18,6 @@ import anyio
 import pytest
 from anyio.lowlevel import checkpoint
 from sqlalchemy import func, insert, select
-from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from domain.abc import CounterStore
@@ -200,15 +199,6 @@ async def test_schedule_publish_works_for_the_first_five_calls_on_a_connection(
     assert first == again != third  # a cancelled row is history; a new pending row is made
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ProgrammingError,
-    reason="domain/publishing.py:94 binds the ON CONFLICT index predicate as a parameter "
-    "(status = $7); PostgreSQL's generic plan, used from a prepared statement's sixth "
-    "execution, cannot infer the partial unique index from it: 'there is no unique or "
-    "exclusion constraint matching the ON CONFLICT specification'. Fix: "
-    "index_where=text(\"status = 'pending'\")",
-)
 async def test_schedule_publish_keeps_working_past_five_calls_on_one_connection(
     engine: AsyncEngine,
 ) -> None:
