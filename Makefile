@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint bench redis-server clean
+.PHONY: demo test lint bench servers clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,13 +13,20 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# A throwaway redis-server is started by the test session itself (tests/conftest.py);
-# this only makes sure the binary is there, installing Debian's package when missing.
-redis-server:
-	@command -v redis-server >/dev/null 2>&1 || { \
-	  echo "redis-server missing: installing Debian's package"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
-	  systemctl stop redis-server >/dev/null 2>&1 || service redis-server stop >/dev/null 2>&1 || true; }
+# Throwaway redis-server and PostgreSQL servers are started by the test session itself
+# (tests/conftest.py, on free loopback ports); this only makes sure the binaries are there,
+# installing Debian's packages when missing (CI runs as root on a fresh machine).
+PG_BIN := /usr/lib/postgresql/15/bin
+servers:
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	test -x $(PG_BIN)/initdb || missing="$$missing postgresql-15"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian's packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  service redis-server stop >/dev/null 2>&1 || true; \
+	  service postgresql stop >/dev/null 2>&1 || true; \
+	fi
 
 # `make demo DEMO_ARGS=--web` serves the web application on 127.0.0.1 instead.
 demo: $(STAMP)
@@ -30,7 +37,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check eventbus scheduler domain tests benchmarks
 	$(BIN)/mypy
 
-test: $(STAMP) redis-server lint
+test: $(STAMP) servers lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP)
