@@ -184,10 +184,12 @@ class EventBus:
     :param workers: number of worker tasks running async listeners started by ``emit()``
     :param shutdown_grace: seconds that leaving ``async with bus:`` waits for queued work
     :param max_depth: how deeply emits may nest before :class:`RecursionLimitError`
-    :param retry_backoff: first delay between async retries (doubling); sync retries in
-        ``emit()`` do not sleep, since ``emit()`` never waits
-    :param on_failure: called with each new :class:`FailureRecord` (for alerting); its own
-        exceptions are logged, never raised
+    :param retry_backoff: first delay between retries (doubling, at most 30 s), in workers and
+        in ``emit_async()``; sync retries inside ``emit()`` do not sleep, since it never waits
+    :param on_failure: a sync callable given each new :class:`FailureRecord` (for alerting);
+        its own exceptions are logged, never raised, and failures it causes (it emits, say)
+        are recorded without calling it again
+    :raises TypeError: if *on_failure* is async (the bus would never await it)
     """
 
     def __init__(
