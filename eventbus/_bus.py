@@ -192,6 +192,11 @@ class EventBus:
     :raises TypeError: if *on_failure* is async (the bus would never await it)
     """
 
+    # Class defaults, set on the instance only when used: the instance keeps few attributes,
+    # which keeps its attribute loads (and so the emit() hot path) fast.
+    _in_hook = False  # inside on_failure: failures it causes do not call it again
+    _owner: object = None  # id of the task that entered, the only one that may close
+
     def __init__(
         self,
         registry: EventRegistry | None = None,
@@ -211,7 +216,6 @@ class EventBus:
             )
         # event type -> plain callables (fast path) or a _Plan (slow path)
         self._plans: dict[type[Event], _FastPlan | _Plan] = {}
-        self._plan_builds = 0  # how many plans were built (tests check that caches are used)
         self.registry = registry if registry is not None else default_registry
         self.failures: FailureStore = failures if failures is not None else MemoryFailureStore()
         self.errors = errors
@@ -222,7 +226,6 @@ class EventBus:
         self.max_depth = max_depth
         self.retry_backoff = retry_backoff
         self.on_failure = on_failure
-        self._in_hook = False
         self._subs: list[Listener] = []
         self._names: dict[str, Listener] = {}
         self._seq = itertools.count()
@@ -238,7 +241,6 @@ class EventBus:
         self._tg: TaskGroup | None = None
         self._dropped = 0
         self._failure_count = 0
-        self._owner: object = None  # the task that entered, the only one that may leave
 
     @property
     def errors(self) -> ErrorPolicy:
@@ -559,7 +561,6 @@ class EventBus:
                     f"the bus's registry declares {name!r} as {own.__module__}.{own.__qualname__}"
                 )
             raise UnknownEventError(name or cls.__qualname__, hint)
-        self._plan_builds += 1
         segs = tuple(name.split("."))
         return _Plan(
             tuple(s for s in self._subs if s.pattern == name or match_segments(s.segments, segs))

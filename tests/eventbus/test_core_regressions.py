@@ -28,6 +28,20 @@ from tests.eventbus.helpers import OrderPaid, OrderShipped, Recorder, explode, r
 PAID = OrderPaid(order_id=1, user_id=7)
 SHIPPED = OrderShipped(order_id=1)
 
+
+def count_plan_builds(bus: EventBus) -> list[type[Event]]:
+    """Record each dispatch plan the bus builds (by wrapping its builder on this instance)."""
+    builds: list[type[Event]] = []
+    build = bus._build_plan
+
+    def counting(cls: type[Event]) -> Any:
+        builds.append(cls)
+        return build(cls)
+
+    bus._build_plan = counting  # type: ignore[method-assign]
+    return builds
+
+
 virtual_trio = pytest.mark.parametrize(
     "anyio_backend", [("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})]
 )
@@ -166,11 +180,12 @@ async def test_sync_listener_returning_an_awaitable(
 
 async def test_emit_async_reuses_the_plan_cached_by_emit(bus: EventBus, rec: Recorder) -> None:
     """Regression test: a cached fast plan made emit_async rebuild the plan on every call."""
+    builds = count_plan_builds(bus)
     bus.on(OrderPaid, rec.sync("a"))
     bus.emit(PAID)
     for _ in range(3):
         await bus.emit_async(PAID)
-    assert bus._plan_builds == 1
+    assert builds == [OrderPaid]
     assert rec.tags == ["a"] * 4
 
 
