@@ -57,9 +57,10 @@ class Schedules:
 class App:
     """The services, the example listeners and their jobs on one bus and one scheduler.
 
-    ``async with app:`` creates the tables, starts the bus, the view window and the scheduler,
-    and on exit stops them in reverse order, then flushes the counters once more (a memory
-    store loses what it holds with the process).
+    ``async with app:`` creates the tables, starts the view window, the bus and the scheduler,
+    and on exit stops them in reverse order (the bus drains its queue into the still open
+    window), then flushes the counters once more (a memory store loses what it holds with the
+    process).
 
     :param engine: the SQL engine (not owned)
     :param counters: where pending views and clicks live
@@ -136,8 +137,10 @@ class App:
         await create_tables(self.engine)
         async with AsyncExitStack() as stack:
             stack.push_async_callback(self._final_flush)
-            await stack.enter_async_context(self.bus)
+            # the view window exits after the bus: views still queued on the bus at shutdown
+            # reach an open window when the bus drains them
             await stack.enter_async_context(self.views)
+            await stack.enter_async_context(self.bus)
             await stack.enter_async_context(self.scheduler)
             self._stack = stack.pop_all()
         return self

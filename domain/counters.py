@@ -17,6 +17,14 @@ flush; between 2 and 3, the ledger row makes the next flush drop it without appl
 Two flushes running together are safe too: the ledger's primary key lets only one apply a
 given id. Ingestion itself (``record``) is at-most-once: a batch whose reply is lost is not
 retried, so it may or may not have counted. Deltas for ids that have no SQL row are dropped.
+
+Pre-aggregation (``window=``) keeps hits in process. A send that fails puts its batch back at
+the front of the buffer (at most ``max_buffer`` hits are kept; the rest are counted in
+:attr:`Counter.lost` and logged at ERROR) and is retried at the next window, so a store that
+is down for a while loses nothing below that cap. A retried batch whose first send did reach
+the store counts no more for hits with a viewer (their dedupe key is already set); viewer-less
+hits of such a batch may count twice. Closing the counter lets a send in progress finish, then
+sends what is left once; what that last send cannot deliver is counted in ``lost``.
 """
 
 from __future__ import annotations
@@ -67,8 +75,9 @@ class Counter:
     :param window: pre-aggregate hits in process for this many seconds (``None``: send each hit
         at once); needs ``async with counter:``, and is flushed on exit
     :param max_batch: a buffer this full is sent at once, without waiting for the window
-    :param max_buffer: hits kept while the store is unreachable; beyond it they are dropped
-        and counted in ``lost``
+    :param max_buffer: hits kept in process while the store is unreachable (a failed send
+        goes back to the buffer and is retried at the next window); beyond it they are
+        dropped, counted in ``lost`` and logged at ERROR
     """
 
     def __init__(
@@ -117,7 +126,9 @@ class Counter:
             .values({column.name: column + self._deltas.c.d})
         )
         self._buffer: list[Hit] = []
-        self._full = anyio.Event()
+        self._wake = anyio.Event()  # set when the buffer is full or the counter closes
+        self._stop = anyio.Event()
+        self._failed_sends = 0
         self._tg: TaskGroup | None = None
 
     def __repr__(self) -> str:
@@ -152,36 +163,76 @@ class Counter:
             return
         buffer.append((str(item), viewer))
         if len(buffer) >= self.max_batch:
-            self._full.set()
+            self._wake.set()
 
     async def flush_buffer(self) -> int:
         """Send the pre-aggregated hits to the store now.
 
+        A failed send puts the batch back at the front of the buffer (up to ``max_buffer``
+        hits; the rest are counted in ``lost``) for the next window to retry.
+
         :return: how many of them counted
         """
+        return await self._send(keep=True)
+
+    async def _send(self, *, keep: bool) -> int:
         batch, self._buffer = self._buffer, []
-        self._full = anyio.Event()
+        if not self._stop.is_set():
+            self._wake = anyio.Event()
         if not batch:
             await checkpoint()
             return 0
         try:
-            return await self.store.record(self.name, batch, dedupe_ttl=self.dedupe_ttl)
+            # shielded: cancelling a send in progress would leave it unknown whether it counted
+            with anyio.CancelScope(shield=True):
+                return await self.store.record(self.name, batch, dedupe_ttl=self.dedupe_ttl)
         except Exception:
-            self.lost += len(batch)
-            logger.exception(
-                "counter %r lost %d hits: the store did not answer", self.name, len(batch)
-            )
+            self._failed_sends += 1
+            kept = self._requeue(batch) if keep else 0
+            dropped = len(batch) - kept
+            self.lost += dropped
+            if dropped:
+                logger.exception(
+                    "counter %r lost %d hits: the store did not answer and the buffer is full "
+                    "(max_buffer=%d) or the counter is closing",
+                    self.name,
+                    dropped,
+                    self.max_buffer,
+                )
+            else:
+                logger.warning(
+                    "counter %r kept %d hits for the next window: the store did not answer",
+                    self.name,
+                    kept,
+                    exc_info=True,
+                )
             return 0
+
+    def _requeue(self, batch: list[Hit]) -> int:
+        """Put *batch* back before the hits buffered since; return how many of it were kept."""
+        room = max(0, self.max_buffer - len(self._buffer))
+        kept = batch[:room]
+        self._buffer[:0] = kept
+        return len(kept)
 
     async def _run_window(self) -> None:
         assert self.window is not None
-        while True:
+        while not self._stop.is_set():
             with anyio.move_on_after(self.window):
-                await self._full.wait()
-            await self.flush_buffer()
+                await self._wake.wait()
+            if self._stop.is_set():
+                return  # __aexit__ sends what is left
+            failed = self._failed_sends
+            await self._send(keep=True)
+            if self._failed_sends != failed:
+                # the store is down: retry at the next window, even if the buffer fills up
+                with anyio.move_on_after(self.window):
+                    await self._stop.wait()
 
     async def __aenter__(self) -> Self:
         if self.window is not None:
+            self._stop = anyio.Event()
+            self._wake = anyio.Event()
             self._tg = anyio.create_task_group()
             await self._tg.__aenter__()
             self._tg.start_soon(self._run_window)
@@ -196,10 +247,12 @@ class Counter:
         tg, self._tg = self._tg, None
         if tg is None:
             return None
-        tg.cancel_scope.cancel()
+        # stop the window loop instead of cancelling it: a send in progress finishes first
+        self._stop.set()
+        self._wake.set()
         await tg.__aexit__(exc_type, exc_val, tb)
         with anyio.CancelScope(shield=True):
-            await self.flush_buffer()
+            await self._send(keep=False)
         return None
 
     # -- flush to SQL ---------------------------------------------------------------------------

@@ -63,3 +63,20 @@ async def test_leaving_the_app_flushes_pending_counts(engine: AsyncEngine) -> No
             app.bus.emit(ArticleViewed(article_id=5, viewer_key="x"))  # a background listener
         async with engine.connect() as conn:
             assert await conn.scalar(select(articles.c.view_count)) == 1
+
+
+async def test_views_still_queued_on_the_bus_at_exit_reach_the_view_window(
+    engine: AsyncEngine,
+) -> None:
+    """Regression test: with ``view_window`` set, the window closed before the bus drained, so
+    every view still queued on the bus failed with RuntimeError and was never counted."""
+    app = App(engine, counters=MemoryCounterStore(), view_window=3600)
+    with anyio.fail_after(20):
+        async with app:
+            async with engine.begin() as conn:
+                await conn.execute(insert(articles), [{"id": 1, "title": "a"}])
+            for v in range(50):
+                app.bus.emit(ArticleViewed(article_id=1, viewer_key=f"v{v}"))  # queued
+        assert await app.views.counts(1) == {1: 50}
+        await app.bus.failures.flush()
+        assert await app.bus.failures.query(limit=None) == []
