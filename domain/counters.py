@@ -185,7 +185,7 @@ class Counter:
         try:
             # shielded: cancelling a send in progress would leave it unknown whether it counted
             with anyio.CancelScope(shield=True):
-                return await self.store.record(self.name, batch, dedupe_ttl=self.dedupe_ttl)
+                counted = await self.store.record(self.name, batch, dedupe_ttl=self.dedupe_ttl)
         except Exception:
             self._failed_sends += 1
             kept = self._requeue(batch) if keep else 0
@@ -207,6 +207,7 @@ class Counter:
                     exc_info=True,
                 )
             return 0
+        return counted
 
     def _requeue(self, batch: list[Hit]) -> int:
         """Put *batch* back before the hits buffered since; return how many of it were kept."""
