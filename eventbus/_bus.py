@@ -603,8 +603,9 @@ class EventBus:
             plan = self._cached_plan(event.__class__)
         if type(plan) is _FastPlan:  # narrows for mypy, unlike ``plan.__class__``
             depth = self._depth
-            if depth >= self._fast_limit:  # max_depth, or 0 while async hops are in progress
-                self._check_depth(event, depth)  # type: ignore[arg-type]
+            # _fast_limit is max_depth, or 0 while async calls (with their own depth) run
+            if depth >= self._fast_limit and depth + _async_depth.get() >= self._max_depth:
+                raise RecursionLimitError(event.__event_name__, self._max_depth)  # type: ignore[union-attr]
             self._depth = depth + 1
             event_id = None  # made by the first failure, shared by the emission's others
             try:
@@ -642,10 +643,6 @@ class EventBus:
     def _cached_plan(self, cls: type[Event]) -> _FastPlan | _Plan:
         plan = self._plans.get(cls)
         return plan if plan is not None else self._plan_for(cls)
-
-    def _check_depth(self, event: Event, sync_depth: int) -> None:
-        if sync_depth + _async_depth.get() >= self._max_depth:
-            raise RecursionLimitError(event.__event_name__, self._max_depth)
 
     @staticmethod
     def _fast_sub(plan: _FastPlan, fn: Callable[[Any], Any]) -> Listener:
