@@ -9,23 +9,36 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 import sniffio
 
-__all__ = ["SystemClock", "VirtualClock"]
+if TYPE_CHECKING:
+    from .abc import Clock
+
+__all__ = ["SystemClock", "VirtualClock", "call_before"]
+
+T = TypeVar("T")
 
 
 class SystemClock:
     """Real time: UTC wall time for fire times, anyio's monotonic clock for sleeping.
 
     A deadline is mapped to monotonic time when the sleep starts and checked against the wall
-    clock on waking, so a wall-clock step backwards (NTP) never fires a job early.
+    clock on waking, so a wall-clock step backwards (NTP) never fires a job early. The loop
+    measures how late it woke on :meth:`monotonic`, so a step *forwards* while it slept does
+    not make an on-time fire look late (missed).
     """
 
     def now(self) -> datetime:
         return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never steps (optional in the ``Clock`` protocol)."""
+        return anyio.current_time()
 
     async def sleep_until(self, deadline: datetime) -> None:
         while True:
@@ -120,6 +133,37 @@ class VirtualClock:
             _, _, event = heapq.heappop(self._sleepers)
             event.set()
         await _settle()
+
+
+async def call_before(
+    clock: Clock, deadline: datetime, fn: Callable[[], Awaitable[T]]
+) -> tuple[bool, T | None]:
+    """Await ``fn()`` but give up at ``deadline`` by ``clock`` (anyio's own timeouts read the
+    event loop's time, which a virtual clock does not move).
+
+    :return: ``(True, result)``, or ``(False, None)`` if the deadline came first; exceptions
+        from ``fn`` propagate unwrapped
+    """
+    done = False
+    result: T | None = None
+    error: Exception | None = None
+    async with anyio.create_task_group() as tg:
+
+        async def guard() -> None:
+            await clock.sleep_until(deadline)
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(guard)
+        try:
+            result = await fn()
+            done = True
+        except Exception as exc:  # re-raised below, outside the task group (no group)
+            error = exc
+        finally:
+            tg.cancel_scope.cancel()
+    if error is not None:
+        raise error
+    return done, result
 
 
 async def _settle() -> None:

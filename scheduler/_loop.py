@@ -12,6 +12,11 @@ schedule does not drift. A fire missed while the process was blocked (the loop w
 than ``misfire_grace`` late) is not made up: it is recorded as skipped (``missed``) and the
 schedule moves to the next future fire. Fires that fell while the process was down are
 not seen at all: the first fire after a start is computed from the start time.
+
+Lateness is measured on the clock's ``monotonic()`` when it has one (``SystemClock``): a
+wall-clock step forwards while the loop slept (NTP) does not turn an on-time fire into a
+missed one. Fires the step jumped over entirely are late by the wall clock, and run or are
+skipped as ``missed`` by the same ``misfire_grace`` rule.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from anyio.abc import TaskGroup
 
 from eventbus import Event, EventBus
 
-from ._clock import SystemClock
+from ._clock import SystemClock, call_before
 from ._events import register_events
 from ._jobs import Job, JobDefinition, JobFunction
 from ._records import RunRecord, TriggerKind
@@ -150,7 +155,9 @@ class Scheduler(JobRegistry):
         :raises JobLookupError: if no job has that name
         """
         job = self.get(name)
-        return await self._execute(job, "manual", None)
+        return await self._execute(
+            job, "manual", None, cancelled="the caller of trigger() was cancelled"
+        )
 
     def statistics(self) -> SchedulerStatistics:
         c = self._runner.counters
@@ -164,8 +171,16 @@ class Scheduler(JobRegistry):
             lock_lost=c.lock_lost,
         )
 
+    def _is_current(self, job: Job) -> bool:
+        return self._jobs.get(job.name) is job and job.generation >= 0
+
+    async def _fire(self, job: Job, kind: TriggerKind, scheduled_at: datetime) -> None:
+        """A scheduled fire: dropped if the job was removed or replaced since it was due."""
+        if self._is_current(job):
+            await self._execute(job, kind, scheduled_at, cancelled="the scheduler shut down")
+
     async def _execute(
-        self, job: Job, kind: TriggerKind, scheduled_at: datetime | None
+        self, job: Job, kind: TriggerKind, scheduled_at: datetime | None, *, cancelled: str
     ) -> RunRecord:
         base = self._runner.new_record(job.name, kind, scheduled_at)
         active = self._active.setdefault(job.name, set())
@@ -175,7 +190,13 @@ class Scheduler(JobRegistry):
         active.add(control)
         try:
             return await self._runner.execute(
-                base=base, fn=job.fn, lock_ttl=job.lock_ttl, renew=job.renew, control=control
+                base=base,
+                fn=job.fn,
+                lock_ttl=job.lock_ttl,
+                renew=job.renew,
+                control=control,
+                current=lambda: self._is_current(job),
+                cancelled=cancelled,
             )
         finally:
             active.discard(control)
@@ -233,8 +254,11 @@ class Scheduler(JobRegistry):
         for job in self._jobs.values():
             self._schedule(job, now)
         task_status.started()
+        monotonic: Callable[[], float] | None = getattr(self.clock, "monotonic", None)
+        step = timedelta(0)
         while True:
-            self._fire_due(self.clock.now())
+            self._fire_due(self.clock.now(), step)
+            wall, mono = self.clock.now(), monotonic() if monotonic else 0.0
             with anyio.CancelScope() as scope:
                 self._wake_scope = scope
                 if self._heap:
@@ -242,9 +266,16 @@ class Scheduler(JobRegistry):
                 else:
                     await anyio.sleep_forever()
             self._wake_scope = None
+            if monotonic is not None:
+                # How far the wall clock ran ahead of the monotonic one while we slept.
+                ahead = (self.clock.now() - wall) - timedelta(seconds=monotonic() - mono)
+                step = max(ahead, timedelta(0))
 
-    def _fire_due(self, now: datetime) -> None:
-        while self._heap and self._heap[0][0] <= now:
+    def _fire_due(self, wall: datetime, step: timedelta = timedelta(0)) -> None:
+        """Fire every entry due by ``wall``; lateness is judged at ``wall - step``, the time
+        by the monotonic clock (a forward wall-clock step is not lateness)."""
+        now = wall - step
+        while self._heap and self._heap[0][0] <= wall:
             entry = heapq.heappop(self._heap)
             job = self._current(entry)
             if job is None:
@@ -270,7 +301,7 @@ class Scheduler(JobRegistry):
             if following is not None:
                 self._push(following, job)
             if run_at is not None:
-                self._spawn(self._execute, job, job.trigger.kind, run_at)
+                self._spawn(self._fire, job, job.trigger.kind, run_at)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -307,8 +338,11 @@ class Scheduler(JobRegistry):
         assert tg is not None and self._loop_scope is not None
         self._loop_scope.cancel()  # no new fires; runs in progress get the grace period
         if self._busy:
+            # The grace ends by the injected clock (a test advances it), and by real time too
+            # so that a virtual clock nobody advances cannot hold the exit forever.
+            grace_ends = self.clock.now() + timedelta(seconds=self.shutdown_grace)
             with anyio.CancelScope(shield=True), anyio.move_on_after(self.shutdown_grace):
-                await self.wait_idle()
+                await call_before(self.clock, grace_ends, self.wait_idle)
         tg.cancel_scope.cancel()
         try:
             return await tg.__aexit__(exc_type, exc, tb)

@@ -6,6 +6,7 @@ holds no timer or run logic: it only validates and keeps the jobs by name.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 from collections.abc import Callable
@@ -104,7 +105,8 @@ class JobRegistry:
         self, trigger: _Trigger, name: str | None, options: dict[str, Any]
     ) -> Callable[[JobFunction], JobFunction]:
         def register(fn: JobFunction) -> JobFunction:
-            job_name = name or f"{fn.__module__}:{fn.__qualname__}"
+            qualname = getattr(fn, "__qualname__", type(fn).__qualname__)
+            job_name = name or f"{fn.__module__}:{qualname}"
             self._add(Job(name=job_name, fn=fn, trigger=trigger, **options))
             return fn
 
@@ -145,6 +147,12 @@ class JobRegistry:
         return job
 
     def _add(self, job: Job) -> None:
+        if not _is_async(job.fn):
+            raise TypeError(
+                f"job {job.name!r}: {job.fn!r} is not an async function; a job is awaited on "
+                "the event loop, so define it with 'async def' (run blocking work in "
+                "anyio.to_thread.run_sync)"
+            )
         job.generation = next(self._generations)
         replaced = job.name in self._jobs
         self._jobs[job.name] = job
@@ -196,6 +204,17 @@ class JobRegistry:
                 continue
             loaded.append(definition.name)
         return loaded
+
+
+def _is_async(fn: object) -> bool:
+    """An ``async def`` function (through ``functools.wraps`` and ``partial``), or an object
+    whose ``__call__`` is one."""
+    target = inspect.unwrap(fn) if callable(fn) else fn
+    if inspect.iscoroutinefunction(target):
+        return True
+    if inspect.isroutine(target) or not callable(target):
+        return False
+    return inspect.iscoroutinefunction(type(target).__call__)
 
 
 def _options(

@@ -15,6 +15,7 @@ import anyio
 
 from eventbus import Event
 
+from ._clock import call_before
 from ._context import RunContext, _current_run
 from ._events import LockLost, RunFailed, RunSkipped, RunStarted, RunSucceeded
 from ._exceptions import LockLostError, RunCancelledError
@@ -32,12 +33,13 @@ class RunControl:
     """How the scheduler reaches into a run in progress: its cancel scope, and why it was
     cancelled (``remove(cancel=True)`` or a lost lock)."""
 
-    __slots__ = ("lost", "reason", "scope")
+    __slots__ = ("lost", "reason", "renewing", "scope")
 
     def __init__(self) -> None:
         self.scope = anyio.CancelScope()
         self.reason: str | None = None
         self.lost: str | None = None
+        self.renewing = False
 
     def cancel(self, reason: str) -> None:
         if self.reason is None:
@@ -123,15 +125,26 @@ class Runner:
         lock_ttl: float,
         renew: bool,
         control: RunControl,
+        current: Callable[[], bool] = lambda: True,
+        cancelled: str = "the scheduler shut down",
     ) -> RunRecord:
+        """Run one fire; never raises except the caller's own cancellation.
+
+        :param current: whether the job is still the registered one; checked once the lock
+            is held, so a job removed or replaced meanwhile does not run
+        :param cancelled: why the run stopped if the caller's scope cancels it (the error text)
+        """
         name = base.task_name
         lease: Lease | None = None
+        # The lease expires lock_ttl after the acquire *call* began at the latest.
+        acquired_at = self.clock.now()
         if self.lock is not None:
             try:
                 if base.scheduled_at is not None:
                     ttl = max(lock_ttl, self.claim_ttl)
                     if not await self.lock.claim_fire(name, base.scheduled_at, ttl=ttl):
                         return await self.skip(base, "claimed", "another replica took this fire")
+                acquired_at = self.clock.now()
                 lease = await self.lock.acquire(name, ttl=lock_ttl)
             except Exception as exc:
                 logger.exception("job %r: the lock backend failed", name)
@@ -139,7 +152,16 @@ class Runner:
             if lease is None:
                 return await self.skip(base, "locked", "another run holds the job's lock")
         try:
-            return await self._run_locked(base, fn, lock_ttl, renew, control, lease)
+            if not current():
+                if lease is not None:
+                    await _quietly(lease.release())
+                return await self.skip(
+                    base, "removed", "the job was removed or replaced before this run started"
+                )
+            deadline = acquired_at + timedelta(seconds=lock_ttl)
+            return await self._run_locked(
+                base, fn, lock_ttl, renew, control, lease, deadline, cancelled
+            )
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 if lease is not None:
@@ -154,6 +176,8 @@ class Runner:
         renew: bool,
         control: RunControl,
         lease: Lease | None,
+        deadline: datetime,
+        cancelled: str,
     ) -> RunRecord:
         name, now = base.task_name, self.clock.now()
         cursor: Any = None
@@ -197,19 +221,24 @@ class Runner:
             )
             error: BaseException | None = None
             try:
-                await self._call(fn, ctx, control, lease if renew else None, lock_ttl)
+                await self._call(fn, ctx, control, lease if renew else None, lock_ttl, deadline)
             except Exception as exc:
                 error = exc
             except anyio.get_cancelled_exc_class():
+                self.counters.failed += 1
+                done = replace(
+                    record,
+                    status="failed",
+                    finished_at=self.clock.now(),
+                    cursor=ctx.cursor,
+                    error=f"cancelled: {cancelled}",
+                )
+                logger.warning(
+                    "job %r was cancelled (trace %s): %s", name, done.trace_id, cancelled
+                )
                 with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                    done = replace(
-                        record,
-                        status="failed",
-                        finished_at=self.clock.now(),
-                        cursor=ctx.cursor,
-                        error="cancelled: the scheduler shut down",
-                    )
                     await self._save(self.runs.update, done)
+                    self._emit_failed(done)
                 raise
             if error is None and control.scope.cancelled_caught:
                 error = (
@@ -228,38 +257,60 @@ class Runner:
         control: RunControl,
         lease: Lease | None,
         ttl: float,
+        deadline: datetime,
     ) -> None:
         with control.scope:
             if lease is None:
                 await fn(ctx)
                 return
+            control.renewing = True
+            error: Exception | None = None
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._watchdog, lease, ttl, ctx.run_id, control)
+                tg.start_soon(self._watchdog, lease, ttl, deadline, ctx.run_id, control)
                 try:
                     await fn(ctx)
+                except Exception as exc:  # re-raised bare below, not as an ExceptionGroup
+                    error = exc
                 finally:
                     tg.cancel_scope.cancel()
+            if error is not None:
+                raise error
 
-    async def _watchdog(self, lease: Lease, ttl: float, run_id: str, control: RunControl) -> None:
-        """Extend the lock every ttl/3; cancel the run once it cannot be shown to be ours."""
-        confirmed = self.clock.now()
+    async def _watchdog(
+        self, lease: Lease, ttl: float, deadline: datetime, run_id: str, control: RunControl
+    ) -> None:
+        """Extend the lock every ttl/3; cancel the run before the lock can expire unrenewed.
+
+        ``deadline`` is when the lock expires at the latest (the TTL counted from before the
+        call that set it). Each ``extend()`` is given only until ``deadline - margin``, so a
+        Redis that stops answering cannot keep the run going past its lock: at that point
+        the run is cancelled whatever the backend is doing.
+        """
+        margin = timedelta(seconds=min(ttl / 10, 1.0))
+        period = timedelta(seconds=ttl / 3)
+        due = self.clock.now() + period
         while True:
-            await self.clock.sleep(ttl / 3)
-            try:
-                ok = await lease.extend()
-            except Exception as exc:
-                if (self.clock.now() - confirmed).total_seconds() < ttl:
-                    logger.warning("lock renewal failed (%s); retrying", exc)
-                    continue
-                control.lost = f"renewal failed for a whole TTL ({type(exc).__name__}: {exc})"
+            await self.clock.sleep_until(min(due, deadline - margin))
+            before = self.clock.now()
+            if before >= deadline - margin:
+                control.lost = "the lock could not be renewed before it expired"
                 control.cancel("lock lost")
                 return
+            try:
+                in_time, ok = await call_before(self.clock, deadline - margin, lease.extend)
+            except Exception as exc:
+                logger.warning("lock renewal failed (%s: %s); retrying", type(exc).__name__, exc)
+                due = self.clock.now() + period
+                continue
+            if not in_time:
+                continue  # the check at the top cancels the run
             if not ok:
                 control.lost = "renewal found the lock expired or held by another owner"
                 control.cancel("lock lost")
                 return
-            confirmed = self.clock.now()
-            await _quietly(self.runs.touch(run_id, confirmed + timedelta(seconds=ttl)))
+            deadline = before + timedelta(seconds=ttl)
+            due = before + period
+            await _quietly(self.runs.touch(run_id, deadline))
 
     async def _finish(
         self,
@@ -298,14 +349,7 @@ class Runner:
                 )
             )
         else:
-            self.emit(
-                RunFailed(
-                    job=record.task_name,
-                    run_id=record.id,
-                    trace_id=record.trace_id,
-                    error=record.error or "",
-                )
-            )
+            self._emit_failed(record)
         lost = control.lost
         if lease is not None and lost is None:
             try:
@@ -314,17 +358,32 @@ class Runner:
             except Exception:
                 logger.exception("job %r: could not release its lock; it expires by TTL", ctx.name)
         if lost is not None:
-            record = await self._alarm(record, lost)
+            record = await self._alarm(record, lost, renewing=control.renewing)
         return record
 
-    async def _alarm(self, record: RunRecord, detail: str) -> RunRecord:
+    def _emit_failed(self, record: RunRecord) -> None:
+        self.emit(
+            RunFailed(
+                job=record.task_name,
+                run_id=record.id,
+                trace_id=record.trace_id,
+                error=record.error or "",
+            )
+        )
+
+    async def _alarm(self, record: RunRecord, detail: str, *, renewing: bool) -> RunRecord:
         self.counters.lock_lost += 1
+        advice = (
+            "check the lock backend's health and latency"
+            if renewing
+            else "raise lock_ttl or use renew=True"
+        )
         logger.error(
-            "job %r lost its lock (trace %s): %s; another replica may have run it too; "
-            "raise lock_ttl or use renew=True",
+            "job %r lost its lock (trace %s): %s; another replica may have run it too; %s",
             record.task_name,
             record.trace_id,
             detail,
+            advice,
         )
         record = replace(record, lock_lost=True)
         await self._save(self.runs.update, record)
