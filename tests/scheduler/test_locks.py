@@ -30,10 +30,13 @@ async def lock(request: pytest.FixtureRequest) -> AsyncIterator[Lock]:
     await client.aclose()
 
 
-def test_locks_fit_the_protocol() -> None:
+async def test_locks_fit_the_protocol() -> None:
     _: Lock = LocalLock()
     client = make_redis_client("redis://127.0.0.1:1/0")
-    _ = RedisLock(client)
+    try:
+        _ = RedisLock(client)
+    finally:
+        await client.aclose()
 
 
 async def test_acquire_is_exclusive_until_released(lock: Lock) -> None:
@@ -53,7 +56,8 @@ async def test_fencing_tokens_increase_with_each_acquisition(lock: Lock) -> None
         assert lease is not None
         fences.append(lease.fence)
         await lease.release()
-    assert fences == [1, 2, 3]
+    # consecutive (Redis seeds a new counter from its clock, LocalLock starts at 1)
+    assert fences == [fences[0], fences[0] + 1, fences[0] + 2]
 
 
 async def test_release_and_extend_of_a_stale_lease_do_not_touch_the_new_holder(lock: Lock) -> None:

@@ -56,9 +56,11 @@ def record(n: int, **changes: object) -> RunRecord:
     return replace(base, **changes)  # type: ignore[arg-type]
 
 
-def test_stores_fit_the_protocol(tmp_path: Path) -> None:
+async def test_stores_fit_the_protocol(tmp_path: Path) -> None:
     _: RunStore = MemoryRunStore()
-    _ = SqlRunStore.from_url("sqlite+aiosqlite://")
+    store = SqlRunStore.from_url("sqlite+aiosqlite://")
+    _ = store
+    await store.aclose()
 
 
 async def test_add_update_get_round_trip_every_field(store: RunStore) -> None:
