@@ -5,8 +5,9 @@ Each subcommand is one ``_add_<name>(subparsers)`` function that registers its a
 and a handler ``(args) -> exit code`` through ``set_defaults(handler=...)``; a new one is
 added the same way in :func:`build_parser`.
 
-Exit codes: 0 success, 1 the triggered run failed or was skipped, 2 bad usage or bad input
-(argparse's own convention).
+Exit codes: 0 success, 1 the triggered run failed or was skipped, or something outside the
+input failed (a database that cannot be reached), 2 bad usage or bad input (argparse's own
+convention). Either way the error is one ``error: ...`` line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ class _InputError(Exception):
     """Bad input found after argparse: printed as one line, exit code 2."""
 
 
+class _OperationalError(Exception):
+    """Good input, but something it names failed (unreachable database): one line, exit 1."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with one subparser per command."""
     parser = argparse.ArgumentParser(prog="python -m scheduler", description=__doc__.split("\n")[0])
@@ -55,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except _OperationalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 # -- next ------------------------------------------------------------------------------------
@@ -90,7 +98,7 @@ def _positive_int(text: str) -> int:
 def _run_next(args: argparse.Namespace) -> int:
     try:
         tz = ZoneInfo(args.tz)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # 'America' is a directory
         raise _InputError(
             f"unknown time zone {args.tz!r}; use an IANA name such as 'Europe/London'"
         ) from None
@@ -166,21 +174,53 @@ def _run_runs(args: argparse.Namespace) -> int:
 
 
 async def _query_runs(args: argparse.Namespace) -> list[RunRecord]:
-    from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+    from sqlalchemy.exc import ArgumentError, DBAPIError, InvalidRequestError, NoSuchModuleError
 
     from .backends.sql import SqlRunStore
 
+    url = _redacted(args.db)
     try:
         store = SqlRunStore.from_url(args.db, create=False)
+    except ImportError as exc:
+        raise _InputError(
+            f"--db {url!r} needs the driver module {exc.name!r}, which is not installed; "
+            "install it, or use 'sqlite+aiosqlite://' or 'postgresql+asyncpg://'"
+        ) from None
+    except InvalidRequestError as exc:
+        raise _InputError(_not_async(url, exc)) from None
     except (ArgumentError, NoSuchModuleError, ValueError) as exc:
-        raise _InputError(f"--db {args.db!r} is not a usable database URL: {exc}") from None
+        raise _InputError(f"--db {url!r} is not a usable database URL: {exc}") from None
+    where = store.engine.url.render_as_string(hide_password=True)
     try:
         return await store.query(task_name=args.task, status=args.status, limit=args.limit)
     except DBAPIError as exc:
-        where = store.engine.url.render_as_string(hide_password=True)
         raise _InputError(f"cannot read runs from {where!r}: {exc.orig}") from None
+    except InvalidRequestError as exc:
+        raise _InputError(_not_async(url, exc)) from None
+    except (OSError, TimeoutError) as exc:
+        raise _OperationalError(
+            f"cannot reach the database at {where!r}: {type(exc).__name__}: {exc}"
+        ) from None
     finally:
         await store.aclose()
+
+
+def _redacted(url: str) -> str:
+    """The URL with its password masked, for messages (the URL as given if it does not parse)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return url
+
+
+def _not_async(url: str, exc: Exception) -> str:
+    return (
+        f"--db {url!r} does not name an async driver ({exc}); "
+        "use e.g. 'sqlite+aiosqlite:///runs.db' or 'postgresql+asyncpg://host/db'"
+    )
 
 
 # -- trigger ---------------------------------------------------------------------------------
@@ -213,13 +253,23 @@ def _load_scheduler(spec: str) -> Scheduler:
         obj: object = importlib.import_module(module_name)
     except ImportError as exc:
         raise _InputError(f"--app {spec!r}: cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:  # the module itself raised while being imported
+        raise _InputError(
+            f"--app {spec!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}"
+        ) from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
             raise _InputError(f"--app {spec!r}: {module_name!r} has no {attr!r}") from None
     if not isinstance(obj, Scheduler) and callable(obj):
-        obj = obj()
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise _InputError(
+                f"--app {spec!r} is a callable that failed when called with no arguments "
+                f"({type(exc).__name__}: {exc}); name a Scheduler or a factory returning one"
+            ) from None
     if not isinstance(obj, Scheduler):
         raise _InputError(f"--app {spec!r} is a {type(obj).__name__}, not a Scheduler")
     return obj
