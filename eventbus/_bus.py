@@ -26,7 +26,15 @@ from anyio.lowlevel import checkpoint
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._calls import Calls, async_depth
-from ._dispatch import Emission, FastPlan, Plan, Plans, add_note_once, awaitable_error
+from ._dispatch import (
+    Emission,
+    FastPlan,
+    Plan,
+    Plans,
+    SinglePlan,
+    add_note_once,
+    awaitable_error,
+)
 from ._events import Event, EventRegistry, default_registry
 from ._exceptions import BusNotRunningError, ListenerErrors, PayloadError, RecursionLimitError
 from ._failures import FailureRecord
@@ -218,22 +226,40 @@ class EventBus(Subscriptions, Plans, Workers, Calls):
         except KeyError:
             event = self._coerce(event, None)
             plan = self._cached_plan(event.__class__)
-        if type(plan) is FastPlan:  # narrows for mypy, unlike ``plan.__class__``
+        # ``plan.__class__`` (a plain slot load) picks the path; the annotated names narrow it.
+        kind = plan.__class__
+        if kind is SinglePlan:  # one plain sync listener, the commonest case: no loop
+            one: SinglePlan = plan  # type: ignore[assignment]
+            # The recursion guard, as below. _fast_limit is max_depth, or 0 while async calls
+            # (with their own depth) run, which sends every emit to the exact check.
             depth = self._depth
-            # _fast_limit is max_depth, or 0 while async calls (with their own depth) run
+            if depth >= self._fast_limit and depth + async_depth.get() >= self._max_depth:
+                raise RecursionLimitError(event.__event_name__, self._max_depth)  # type: ignore[union-attr]
+            self._depth = depth + 1
+            try:
+                if (value := one[0](event)) is not None and inspect.isawaitable(value):
+                    raise awaitable_error(one.subs[0].name, value)
+            except Exception as exc:
+                self._fast_failure(event, one, one[0], exc)  # type: ignore[arg-type]
+            finally:
+                self._depth = depth
+            return None
+        if kind is FastPlan:
+            fast: FastPlan = plan  # type: ignore[assignment]
+            depth = self._depth
             if depth >= self._fast_limit and depth + async_depth.get() >= self._max_depth:
                 raise RecursionLimitError(event.__event_name__, self._max_depth)  # type: ignore[union-attr]
             self._depth = depth + 1
             event_id = None  # made by the first failure, shared by the emission's others
             try:
-                for fn in plan:
+                for fn in fast:
                     try:
                         if (value := fn(event)) is not None and inspect.isawaitable(value):
-                            raise awaitable_error(self._fast_sub(plan, fn).name, value)
+                            raise awaitable_error(self._fast_sub(fast, fn).name, value)
                     except Exception as exc:
                         event_id = self._fast_failure(
                             event,  # type: ignore[arg-type]
-                            plan,
+                            fast,
                             fn,
                             exc,
                             event_id,

@@ -2,7 +2,8 @@
 
 A plan is built once per event type and cached on the bus until the subscriptions (or the bus's
 error policy) change. A plan whose listeners are all plain sync capture-policy callables becomes
-a :class:`FastPlan`, a tuple that ``emit()`` iterates with nothing else to check.
+a :class:`FastPlan`, a tuple that ``emit()`` iterates with nothing else to check, or, with one
+listener (the commonest case), a :class:`SinglePlan` that it calls without a loop.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "FastPlan",
     "Plan",
     "Plans",
+    "SinglePlan",
     "add_note_once",
     "awaitable_error",
 ]
@@ -79,6 +81,10 @@ class FastPlan(tuple[Callable[[Any], Any], ...]):
     plan: Plan
 
 
+class SinglePlan(FastPlan):
+    """A fast plan of exactly one listener: ``emit()`` calls ``plan[0]``, saving the loop."""
+
+
 class Plan:
     """Listeners for one event type in subscription order, plus what the slow path needs."""
 
@@ -131,7 +137,7 @@ class Plans:
         )
         result: FastPlan | Plan = plan
         if fast:
-            result = FastPlan(fns)
+            result = SinglePlan(fns) if len(fns) == 1 else FastPlan(fns)
             result.subs = plan.listeners
             result.plan = plan
         self._plans[cls] = result
