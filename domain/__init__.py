@@ -30,6 +30,7 @@ from .events import ShortlinkCreated as ShortlinkCreated
 from .events import ShortlinkVisited as ShortlinkVisited
 from .events import UserRegistered as UserRegistered
 from .events import catalog as catalog
+from .exceptions import AdminTokenError as AdminTokenError
 from .exceptions import AliasTakenError as AliasTakenError
 from .exceptions import ArticleNotFoundError as ArticleNotFoundError
 from .exceptions import CodeSpaceExhaustedError as CodeSpaceExhaustedError
@@ -48,6 +49,7 @@ from .shortlinks import ShortLinks as ShortLinks
 from .views import ArticleViews as ArticleViews
 
 __all__ = [
+    "AdminTokenError",
     "AliasTakenError",
     "App",
     "ArticleNotFoundError",

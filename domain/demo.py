@@ -132,7 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.web:
         from .web import main as serve
 
-        return serve(["--db", str(args.db)] if args.db is not None else [])
+        forwarded = [] if args.db is None else ["--db", str(args.db)]
+        if args.redis is not None:
+            forwarded += ["--redis", args.redis]
+        return serve(forwarded)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",

@@ -3,6 +3,7 @@
 ::
 
     DomainError
+     ├── AdminTokenError (ValueError)          web admin token blank or too short
      ├── InvalidUrlError (ValueError)          target URL refused by create()
      ├── InvalidAliasError (ValueError)        alias of the wrong length or characters
      │    └── ReservedAliasError               alias on the reserved list
@@ -18,6 +19,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 __all__ = [
+    "AdminTokenError",
     "AliasTakenError",
     "ArticleNotFoundError",
     "CodeSpaceExhaustedError",
@@ -32,6 +34,19 @@ __all__ = [
 
 class DomainError(Exception):
     """Base class of every error raised by the domain modules."""
+
+
+class AdminTokenError(DomainError, ValueError):
+    """The configured admin token is unusable; the message never shows the token."""
+
+    def __init__(self, reason: str, min_length: int) -> None:
+        super().__init__(
+            f"the admin token (EVENTBUS_ADMIN_TOKEN) is {reason}; set at least {min_length} "
+            "non-blank characters (python -c 'import secrets; print(secrets.token_urlsafe(32))'), "
+            "or leave it unset to disable the /admin routes"
+        )
+        self.reason = reason
+        self.min_length = min_length
 
 
 class InvalidUrlError(DomainError, ValueError):

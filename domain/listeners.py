@@ -10,6 +10,8 @@ They keep their results in memory (the demo prints them); a real application wri
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from anyio.lowlevel import checkpoint
 
 from eventbus import Event, EventBus, encode_payload
@@ -17,9 +19,10 @@ from eventbus import Event, EventBus, encode_payload
 from .events import OrderPaid, UserRegistered
 from .exceptions import MailDeliveryError
 
-__all__ = ["BOUNCING_DOMAIN", "ExampleListeners"]
+__all__ = ["BOUNCING_DOMAIN", "MAX_AMOUNT", "ExampleListeners"]
 
 BOUNCING_DOMAIN = "bounce.invalid"
+MAX_AMOUNT = Decimal(10) ** 12  # amounts are below this; int() of 1e9999999 would take hours
 
 
 class ExampleListeners:
@@ -39,8 +42,18 @@ class ExampleListeners:
         bus.on(UserRegistered, self.send_welcome, name="mail:welcome")
 
     async def grant_points(self, event: OrderPaid) -> None:
-        """One point per whole unit paid."""
+        """One point per whole unit paid.
+
+        :raises ValueError: for an amount that is not finite, not positive, or not below
+            :data:`MAX_AMOUNT` (checked before ``int()``, which is slow on huge exponents)
+        """
         await checkpoint()
+        amount = event.amount
+        if not (amount.is_finite() and 0 < amount < MAX_AMOUNT):
+            raise ValueError(
+                f"order {event.order_id!r} has amount {amount!r}; expected a positive amount "
+                f"below {MAX_AMOUNT:,}"
+            )
         self.points[event.user_id] = self.points.get(event.user_id, 0) + int(event.amount)
 
     def audit_row(self, event: Event) -> None:

@@ -8,16 +8,21 @@ the bus's grace period, runs in progress the scheduler's, and pending counts are
 ``POST /links``                    create a short link: ``{"url", "alias"?, "expires_in"?}``
 ``GET /{code}``                    302 to the target (the visit is counted through
                                    ``shortlink.visited``); 404 for unknown or expired codes
-``GET /articles/{id}``             the article; records a view (viewer from the ``viewer``
-                                   cookie, else the client address) through ``article.viewed``
-``POST /orders/{id}/pay``          emits ``order.paid`` from ``{"user_id", "amount"}``
+``GET /articles/{id}``             the article; records a view (viewer: a hash of the
+                                   ``viewer`` cookie, else the client address) through
+                                   ``article.viewed``
+``POST /orders/{id}/pay``          emits ``order.paid`` from ``{"user_id", "amount"}`` (a
+                                   positive decimal string, at most 2 places, below 10**12)
 ``GET /healthz``                   200 while the bus and the scheduler run, with statistics
 ``GET /admin/failures``            the failure table (``status``, ``event``, ``listener``,
                                    ``limit``); bearer token
 ``POST /admin/tasks/{name}/run``   run a scheduled job now (same lock, run record); bearer token
 =================================  ===========================================================
 
-The admin routes exist only when an admin token is configured; without one they are 404.
+The admin routes exist only when an admin token is configured; without one they are 404. A
+token is stripped of surrounding whitespace and must keep at least 16 characters
+(:class:`~domain.AdminTokenError` otherwise). Ids beyond the signed 64-bit range are refused
+(404 for an article, 400 for an order) before they reach SQL.
 Errors are JSON: ``{"error": <code>, "detail": <message>}``.
 """
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -49,12 +55,14 @@ from .app import App
 from .db import articles
 from .events import ArticleViewed, OrderPaid
 from .exceptions import (
+    AdminTokenError,
     AliasTakenError,
     CodeSpaceExhaustedError,
     InvalidAliasError,
     InvalidUrlError,
     ReservedAliasError,
 )
+from .listeners import MAX_AMOUNT
 
 __all__ = ["WebConfig", "create_app", "main"]
 
@@ -62,6 +70,9 @@ logger = logging.getLogger("domain.web")
 
 MAX_BODY = 16 * 1024
 MAX_FAILURES = 500
+MAX_ID = 2**63 - 1  # SQL BIGINT; a larger id raises OverflowError in the driver
+MIN_ADMIN_TOKEN = 16
+CENT = Decimal("0.01")
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -71,7 +82,10 @@ class WebConfig:
 
     :param db: the SQLite file of :meth:`App.embedded`
     :param redis_url: counters and locks in Redis (several replicas); ``None``: in process
-    :param admin_token: bearer token of the ``/admin`` routes; ``None`` or empty: no admin routes
+    :param admin_token: bearer token of the ``/admin`` routes, stripped of surrounding
+        whitespace; ``None`` or empty: no admin routes
+    :raises AdminTokenError: for a token that is blank once stripped or shorter than 16
+        characters
     :param viewer_cookie: the cookie that identifies a viewer for view counting
     :param public_url: base of the ``short_url`` in responses (default: the request's base URL)
     :param refill_on_start: top the code pool up at startup (the refill job runs daily)
@@ -85,6 +99,18 @@ class WebConfig:
     public_url: str | None = None
     refill_on_start: bool = True
     app_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        token = self.admin_token
+        if token is None or token == "":
+            object.__setattr__(self, "admin_token", None)
+            return
+        stripped = token.strip()
+        if not stripped:
+            raise AdminTokenError("blank", MIN_ADMIN_TOKEN)
+        if len(stripped) < MIN_ADMIN_TOKEN:
+            raise AdminTokenError(f"{len(stripped)} characters long", MIN_ADMIN_TOKEN)
+        object.__setattr__(self, "admin_token", stripped)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides: Any) -> WebConfig:
@@ -277,17 +303,28 @@ async def follow_link(request: Request) -> Response:
     return RedirectResponse(found.url, status_code=302, headers={"Cache-Control": "no-store"})
 
 
+def _viewer_key(request: Request, cfg: WebConfig) -> str:
+    """A fixed-length key: the cookie is client-chosen, so it is hashed, never used as is.
+
+    Unhashed, a cookie could hold a tab (refused by the counter, one failure record per
+    request) or kilobytes (one Redis key of that size per view).
+    """
+    cookie = request.cookies.get(cfg.viewer_cookie)
+    if cookie:
+        return "c:" + hashlib.sha256(cookie.encode("utf-8", "replace")).hexdigest()[:32]
+    return f"ip:{request.client.host}" if request.client is not None else "ip:unknown"
+
+
 async def view_article(request: Request, cfg: WebConfig) -> Response:
     app = _domain(request)
     article_id: int = request.path_params["article_id"]
+    if article_id > MAX_ID:
+        return _error(404, "not_found", f"no article with id {article_id}")
     async with app.engine.connect() as conn:
         row = (await conn.execute(select(articles).where(articles.c.id == article_id))).first()
     if row is None:
         return _error(404, "not_found", f"no article with id {article_id}")
-    viewer = request.cookies.get(cfg.viewer_cookie)
-    if not viewer:
-        viewer = f"ip:{request.client.host}" if request.client is not None else "ip:unknown"
-    app.bus.emit(ArticleViewed(article_id=article_id, viewer_key=viewer))
+    app.bus.emit(ArticleViewed(article_id=article_id, viewer_key=_viewer_key(request, cfg)))
     return JSONResponse(
         {
             "id": row.id,
@@ -302,24 +339,41 @@ async def view_article(request: Request, cfg: WebConfig) -> Response:
 async def pay_order(request: Request) -> Response:
     order_id: int = request.path_params["order_id"]
     try:
+        if order_id > MAX_ID:
+            raise _BadRequest(f"order id {order_id} is out of range; ids are below 2**63")
         body = await _json_object(request)
         user_id, amount = body.get("user_id"), body.get("amount")
         if isinstance(user_id, bool) or not isinstance(user_id, int):
             raise _BadRequest("'user_id' is required and must be an integer")
-        if isinstance(amount, bool) or not isinstance(amount, str | int):
-            raise _BadRequest("'amount' is required: a decimal string such as \"19.90\"")
-        try:
-            value = Decimal(amount)
-        except InvalidOperation:
-            raise _BadRequest(f"'amount' {amount!r} is not a decimal number") from None
-        if not value.is_finite() or value <= 0:
-            raise _BadRequest(f"'amount' {amount!r} must be a positive amount")
+        if not -MAX_ID - 1 <= user_id <= MAX_ID:
+            raise _BadRequest(f"'user_id' {user_id} is out of the signed 64-bit range")
+        value = _amount(amount)
     except _BadRequest as exc:
         return _error(400, "bad_request", exc.detail)
     # emit() runs sync listeners now and queues async ones; a failing listener is captured
     # and recorded, never turned into an error for the payer.
     _domain(request).bus.emit(OrderPaid(order_id=order_id, user_id=user_id, amount=value))
     return JSONResponse({"order_id": order_id, "event": "order.paid"}, status_code=202)
+
+
+def _amount(amount: object) -> Decimal:
+    """A positive, finite amount below :data:`~domain.listeners.MAX_AMOUNT`, in cents at most.
+
+    Checked before any arithmetic: ``Decimal("1e9999999")`` parses in no time, but ``int()``
+    or ``quantize()`` of it would block the event loop.
+    """
+    if isinstance(amount, bool) or not isinstance(amount, str | int):
+        raise _BadRequest("'amount' is required: a decimal string such as \"19.90\"")
+    try:
+        value = Decimal(amount)
+    except InvalidOperation:
+        raise _BadRequest(f"'amount' {amount!r} is not a decimal number") from None
+    if not (value.is_finite() and 0 < value < MAX_AMOUNT):
+        raise _BadRequest(f"'amount' {amount!r} must be positive and below {MAX_AMOUNT:,}")
+    cents = value.quantize(CENT)
+    if cents != value:
+        raise _BadRequest(f"'amount' {amount!r} has more than 2 decimal places")
+    return cents
 
 
 # -- admin routes --------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from domain.demo import run_demo
+import domain.web
+from domain.demo import main, run_demo
 
 
 @pytest.fixture
@@ -49,3 +50,30 @@ async def test_demo_with_redis(
         await run_demo(tmp_path / "demo.db", redis_url=redis_url, seconds=4)
     out = capsys.readouterr().out
     check_summary(out)
+
+
+@pytest.mark.parametrize(
+    ("argv", "forwarded"),
+    [
+        pytest.param(["--web"], [], id="plain"),
+        pytest.param(["--web", "--db", "w.db"], ["--db", "w.db"], id="db"),
+        pytest.param(
+            ["--web", "--redis", "redis://127.0.0.1:6390/0"],
+            ["--redis", "redis://127.0.0.1:6390/0"],
+            id="redis",
+        ),
+    ],
+)
+def test_web_demo_forwards_db_and_redis(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], forwarded: list[str]
+) -> None:
+    """Regression test: ``python -m domain --web --redis URL`` served without Redis."""
+    served: list[list[str] | None] = []
+
+    def serve(args: list[str] | None = None) -> int:  # domain.web.main, without uvicorn
+        served.append(args)
+        return 0
+
+    monkeypatch.setattr(domain.web, "main", serve)
+    assert main(argv) == 0
+    assert served == [forwarded]

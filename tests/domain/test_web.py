@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -12,10 +13,11 @@ import anyio
 import httpx
 import pytest
 from anyio import wait_all_tasks_blocked
-from sqlalchemy import insert
+from sqlalchemy import insert, select
+from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
 
-from domain import App
+from domain import AdminTokenError, App
 from domain.db import articles
 from domain.events import ArticleViewed, OrderPaid, ShortlinkVisited
 from domain.web import WebConfig, create_app
@@ -75,14 +77,36 @@ async def settle(bus: EventBus) -> None:
 
 
 async def test_lifespan_starts_the_domain_and_drains_it_on_shutdown(config: WebConfig) -> None:
+    """Work queued before shutdown is finished by it: a gated async listener still blocked when
+    the lifespan exits completes, and a queued view reaches SQL through the final flush."""
     app = create_app(config)
-    async with app.router.lifespan_context(app):
-        running = domain_app(app)
-        assert running.bus.running
-        assert await running.links.idle_codes() == 20  # refilled at start
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
-            health = await c.get("/healthz")
+    gate, effects = anyio.Event(), list[int]()
+
+    async def gated(event: OrderPaid) -> None:
+        await gate.wait()
+        effects.append(event.order_id)
+
+    async def open_gate_once_draining() -> None:
+        await wait_all_tasks_blocked()  # the lifespan is waiting for the bus to drain
+        assert effects == []
+        gate.set()
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            async with app.router.lifespan_context(app):
+                running = domain_app(app)
+                assert running.bus.running
+                assert await running.links.idle_codes() == 20  # refilled at start
+                async with running.engine.begin() as conn:
+                    await conn.execute(insert(articles).values(id=1, title="a"))
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+                    health = await c.get("/healthz")
+                running.bus.on(OrderPaid, gated, name="test:gated")
+                for order_id in (1, 2, 3):
+                    running.bus.emit(OrderPaid(order_id=order_id, user_id=1, amount=Decimal(1)))
+                running.bus.emit(ArticleViewed(article_id=1, viewer_key="v"))
+                tg.start_soon(open_gate_once_draining)
     assert health.status_code == 200
     body = health.json()
     assert body["status"] == "ok"
@@ -90,6 +114,14 @@ async def test_lifespan_starts_the_domain_and_drains_it_on_shutdown(config: WebC
     assert body["scheduler"]["jobs"] == 4
     assert not running.bus.running
     assert not hasattr(app.state, "domain")
+    assert sorted(effects) == [1, 2, 3]
+    assert running.listeners.points == {1: 3}
+    engine = create_async_engine(f"sqlite+aiosqlite:///{config.db}")
+    try:
+        async with engine.connect() as conn:
+            assert await conn.scalar(select(articles.c.view_count)) == 1
+    finally:
+        await engine.dispose()
 
 
 async def test_healthz_is_503_outside_the_lifespan(config: WebConfig) -> None:
@@ -103,7 +135,7 @@ async def test_healthz_is_503_outside_the_lifespan(config: WebConfig) -> None:
 
 def test_config_repr_never_shows_the_token(config: WebConfig) -> None:
     assert TOKEN not in repr(config)
-    env = {"EVENTBUS_ADMIN_TOKEN": "t", "EVENTBUS_WEB_DB": "x.db"}
+    env = {"EVENTBUS_ADMIN_TOKEN": TOKEN, "EVENTBUS_WEB_DB": "x.db"}
     assert WebConfig.from_env(env).admin_enabled
     assert not WebConfig.from_env({"EVENTBUS_ADMIN_TOKEN": ""}).admin_enabled
     assert WebConfig.from_env(env, db="y.db").db == "y.db"
@@ -226,11 +258,59 @@ async def test_article_views_come_from_the_cookie_or_the_client_address(
         assert r.status_code == 200
         assert r.json()["title"] == "Why 302"
     keys = [e.viewer_key for e in viewed.events if isinstance(e, ArticleViewed)]
-    assert keys == ["u-1", "u-1", "u-2", "ip:203.0.113.7"]
+    assert keys == [cookie_key("u-1"), cookie_key("u-1"), cookie_key("u-2"), "ip:203.0.113.7"]
     await settle(app.bus)
     await app.views.flush()
     assert await app.views.counts(1) == {1: 3}  # the repeated viewer counted once
     assert (await client.get("/articles/1")).json()["view_count"] == 3
+
+
+def cookie_key(cookie: str) -> str:
+    return "c:" + hashlib.sha256(cookie.encode()).hexdigest()[:32]
+
+
+@pytest.mark.parametrize(
+    "cookie",
+    [
+        pytest.param('"a\\011b"', id="tab"),
+        pytest.param("x" * 3000, id="long"),
+        pytest.param("\u00e9t\u00e9", id="non-ascii"),
+    ],
+)
+async def test_a_hostile_viewer_cookie_becomes_a_fixed_length_key(
+    web: Starlette, client: httpx.AsyncClient, cookie: str
+) -> None:
+    """Regression test: the cookie was the viewer key as is, so a tab in it made the counter
+    refuse the view (one failure record per request) and a long one made long Redis keys."""
+    app = domain_app(web)
+    async with app.engine.begin() as conn:
+        await conn.execute(insert(articles).values(id=1, title="a"))
+    viewed = RecordingListener()
+    app.bus.on(ArticleViewed, viewed)
+    with capture_failures(app.bus) as failures:
+        r = await client.get("/articles/1", headers={b"Cookie": f"viewer={cookie}".encode()})
+        assert r.status_code == 200
+        await settle(app.bus)
+    assert list(failures) == []
+    [event] = viewed.events
+    assert isinstance(event, ArticleViewed)
+    assert len(event.viewer_key) == 34 and event.viewer_key.startswith("c:")
+    await app.views.flush()
+    assert await app.views.counts(1) == {1: 1}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(f"/articles/{2**63}", id="2**63"),
+        pytest.param("/articles/" + "9" * 30, id="30-digits"),
+    ],
+)
+async def test_an_article_id_beyond_64_bits_is_404(client: httpx.AsyncClient, path: str) -> None:
+    """Regression test: the id reached SQLite, whose driver raised OverflowError (500)."""
+    r = await client.get(path)
+    assert (r.status_code, r.json()["error"]) == (404, "not_found")
+    assert (await client.get(f"/articles/{2**63 - 1}")).status_code == 404  # largest id: SQL
 
 
 async def test_an_unknown_article_is_404_and_records_no_view(
@@ -252,6 +332,19 @@ async def test_paying_an_order_emits_order_paid(web: Starlette, client: httpx.As
     assert paid.events == [OrderPaid(order_id=7, user_id=1, amount=Decimal("19.90"))]
     await settle(app.bus)
     assert app.listeners.points == {1: 19}
+    r = await client.post("/orders/8/pay", json={"user_id": 1, "amount": "1e2"})
+    assert r.status_code == 202
+    assert paid.events[-1] == OrderPaid(order_id=8, user_id=1, amount=Decimal("100.00"))
+
+
+async def test_the_points_listener_refuses_an_amount_out_of_bounds(web: Starlette) -> None:
+    """Regression test: ``int(event.amount)`` ran on any amount (``1e9999999`` froze the loop);
+    a huge amount is now a recorded failure before any conversion."""
+    app = domain_app(web)
+    with anyio.fail_after(5), capture_failures(app.bus) as failures:
+        await app.bus.emit_async(OrderPaid(order_id=1, user_id=1, amount=Decimal("1e15")))
+    failures.assert_one(listener="rewards:grant_points", error_type=ValueError)
+    assert app.listeners.points == {}
 
 
 @pytest.mark.parametrize(
@@ -262,6 +355,14 @@ async def test_paying_an_order_emits_order_paid(web: Starlette, client: httpx.As
         pytest.param({"user_id": 1, "amount": "abc"}, id="amount-text"),
         pytest.param({"user_id": 1, "amount": "-3"}, id="amount-negative"),
         pytest.param({"user_id": 1, "amount": 1.5}, id="amount-float"),
+        pytest.param({"user_id": 1, "amount": "1e9999999"}, id="amount-huge-exponent"),
+        pytest.param({"user_id": 1, "amount": "1000000000000"}, id="amount-10**12"),
+        pytest.param({"user_id": 1, "amount": "0.001"}, id="amount-3-places"),
+        pytest.param({"user_id": 1, "amount": "1e-9999999"}, id="amount-tiny-exponent"),
+        pytest.param({"user_id": 1, "amount": "NaN"}, id="amount-nan"),
+        pytest.param({"user_id": 1, "amount": "Infinity"}, id="amount-infinite"),
+        pytest.param({"user_id": 1, "amount": "0"}, id="amount-zero"),
+        pytest.param({"user_id": 2**63, "amount": "1"}, id="user-beyond-64-bits"),
     ],
 )
 async def test_a_bad_payment_is_400_and_emits_nothing(
@@ -269,8 +370,19 @@ async def test_a_bad_payment_is_400_and_emits_nothing(
 ) -> None:
     paid = RecordingListener()
     domain_app(web).bus.on(OrderPaid, paid)
-    r = await client.post("/orders/7/pay", json=body)
+    with anyio.fail_after(5):
+        r = await client.post("/orders/7/pay", json=body)
     assert (r.status_code, r.json()["error"]) == (400, "bad_request")
+    assert paid.count == 0
+
+
+async def test_an_order_id_beyond_64_bits_is_400(web: Starlette, client: httpx.AsyncClient) -> None:
+    """Regression test: an order id of 30 digits was accepted (202) into ``order.paid``."""
+    paid = RecordingListener()
+    domain_app(web).bus.on(OrderPaid, paid)
+    r = await client.post(f"/orders/{2**63}/pay", json={"user_id": 1, "amount": "1"})
+    assert (r.status_code, r.json()["error"]) == (400, "bad_request")
+    assert "out of range" in r.json()["detail"]
     assert paid.count == 0
 
 
@@ -312,6 +424,35 @@ async def test_admin_routes_do_not_exist_without_a_token(tmp_path: Path, token: 
             run = await c.post("/admin/tasks/flush_views/run")
     assert failures.status_code == 404  # /{code} is GET-only and 'admin' is no code
     assert run.status_code in (404, 405)
+
+
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [
+        pytest.param("   ", "is blank", id="spaces"),
+        pytest.param("\t\n", "is blank", id="tab-newline"),
+        pytest.param("short-token", "is 11 characters long", id="short"),
+        pytest.param("  " + "x" * 15 + "  ", "is 15 characters long", id="short-once-stripped"),
+    ],
+)
+def test_a_blank_or_short_admin_token_is_a_configuration_error(token: str, reason: str) -> None:
+    """Regression test: a whitespace-only token turned the admin routes on."""
+    with pytest.raises(AdminTokenError, match=reason) as caught:
+        WebConfig(admin_token=token)
+    assert "at least 16" in str(caught.value)
+    with pytest.raises(AdminTokenError, match=reason):
+        WebConfig.from_env({"EVENTBUS_ADMIN_TOKEN": token})
+
+
+async def test_the_admin_token_is_stripped(tmp_path: Path) -> None:
+    config = WebConfig(db=tmp_path / "web.db", admin_token=f"  {TOKEN}\n")
+    assert config.admin_token == TOKEN
+    app = create_app(config)
+    with anyio.fail_after(10):
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+                assert (await c.get("/admin/failures", headers=AUTH)).status_code == 200
 
 
 def explode(e: Event) -> None:
