@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import secrets
 import string
+import unicodedata
 from collections.abc import Collection
 from urllib.parse import urlsplit
 
@@ -24,6 +26,9 @@ ALPHABET = string.digits + string.ascii_letters  # base62
 CODE_LENGTH = 6  # 62**6 = 56.8 billion codes
 MAX_URL_LENGTH = 2048
 ALIAS_MIN, ALIAS_MAX = 3, 32
+_HOST = re.compile(r"[a-z0-9_](?:[a-z0-9_.-]*[a-z0-9_])?\.?\Z")  # urlsplit lowercases it
+# control, format (zero-width, bidi), surrogate, private-use, unassigned, line/para separators
+_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 _ALIAS = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*\Z")
 DEFAULT_RESERVED = frozenset(
     {
@@ -45,17 +50,37 @@ def new_code(length: int = CODE_LENGTH) -> str:
 
 
 def validate_url(url: str, *, max_length: int = MAX_URL_LENGTH) -> str:
-    """Accept only absolute ``http``/``https`` URLs with a host; return the URL unchanged.
+    """Accept only absolute ``http``/``https`` URLs with a plain host; return the URL unchanged.
 
-    :raises InvalidUrlError: for another scheme (``javascript:``, ``data:``, ...), a relative
-        URL, a missing host, whitespace or control characters, or more than *max_length* chars
+    Refused, because a reader of the short link could be misled about where it goes or
+    because browsers and this parser could read it differently:
+
+    * userinfo (``https://paypal.com@evil.com`` goes to ``evil.com``);
+    * a backslash anywhere (browsers read ``https://evil.com\\@good.com`` as a path
+      separator, :func:`urllib.parse.urlsplit` does not);
+    * whitespace, control, format (zero-width, bidi) or unassigned characters anywhere;
+    * a host that is not ASCII letters, digits, ``-``, ``_`` and dots, or a bracketed IP
+      literal. A non-ASCII host is refused rather than converted: the standard library's
+      IDNA 2003 codec and browsers' IDNA 2008/UTS #46 disagree on some names (``ß``, ``ς``),
+      so a converted host could differ from the one the user typed; give its ``xn--`` form.
+
+    :raises InvalidUrlError: for any of the above, another scheme (``javascript:``,
+        ``data:``, ...), a relative URL, a missing host or a bad port, or more than
+        *max_length* characters
     """
     if not isinstance(url, str) or not url:
         raise InvalidUrlError(str(url), "it is empty; give an absolute http(s) URL")
     if len(url) > max_length:
         raise InvalidUrlError(url, f"it is {len(url)} characters long, over {max_length}")
-    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
-        raise InvalidUrlError(url, "it contains whitespace or control characters; encode them")
+    for c in url:
+        if c.isspace() or unicodedata.category(c) in _INVISIBLE:
+            raise InvalidUrlError(
+                url,
+                f"it contains whitespace, control or invisible characters ({c!r}); "
+                "percent-encode them",
+            )
+    if "\\" in url:
+        raise InvalidUrlError(url, "it contains a backslash; use '/' or percent-encode it")
     try:
         parts = urlsplit(url)
         host = parts.hostname
@@ -67,8 +92,23 @@ def validate_url(url: str, *, max_length: int = MAX_URL_LENGTH) -> str:
         raise InvalidUrlError(url, "it is relative; give an absolute http(s) URL")
     if scheme not in ("http", "https"):
         raise InvalidUrlError(url, f"scheme {scheme!r} is not allowed; only http and https")
+    if "@" in parts.netloc:
+        raise InvalidUrlError(url, "it has userinfo ('user@' before the host); remove it")
     if not host:
         raise InvalidUrlError(url, "it has no host")
+    if not host.isascii():
+        raise InvalidUrlError(
+            url, f"host {host!r} is not ASCII; give its IDNA form (xn--...) instead"
+        )
+    if parts.netloc.startswith("[") or "]" in parts.netloc:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise InvalidUrlError(url, f"host [{host}] is not an IPv6 address") from None
+    elif not _HOST.match(host):
+        raise InvalidUrlError(
+            url, f"host {host!r} has characters other than letters, digits, '-', '_' and '.'"
+        )
     return url
 
 

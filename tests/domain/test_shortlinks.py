@@ -59,6 +59,11 @@ def test_codes_are_six_base62_characters_drawn_without_bias() -> None:
         pytest.param("http://example.com:8080/a?b=c#d", id="http-port-query"),
         pytest.param("HTTPS://Example.COM/Path", id="upper-scheme"),
         pytest.param("https://[::1]/x", id="ipv6"),
+        pytest.param("http://127.0.0.1:8000/", id="ipv4"),
+        pytest.param("https://xn--bcher-kva.example/", id="idna-a-label"),
+        pytest.param("https://my_host.example.com./", id="underscore-trailing-dot"),
+        pytest.param("https://example.com/caf\u00e9?q=\u00fc", id="non-ascii-path"),
+        pytest.param("https://example.com/a@b", id="at-in-path"),
     ],
 )
 def test_accepted_urls(url: str) -> None:
@@ -81,9 +86,27 @@ def test_accepted_urls(url: str) -> None:
         pytest.param("https://example.com:99999/", "does not parse", id="bad-port"),
         pytest.param("", "empty", id="empty"),
         pytest.param("https://e.com/" + "a" * 2100, "over 2048", id="overlong"),
+        pytest.param("https://paypal.com@evil.com/", "userinfo", id="userinfo"),
+        pytest.param("https://user:pw@example.com/", "userinfo", id="userinfo-password"),
+        pytest.param("https://@example.com/", "userinfo", id="userinfo-empty"),
+        pytest.param("https://evil.com\\@good.com/", "backslash", id="backslash-host"),
+        pytest.param("https://example.com/a\\b", "backslash", id="backslash-path"),
+        pytest.param("https://exa\u200bmple.com/", "invisible", id="zero-width-space"),
+        pytest.param("https://example.com/\u202eexe.txt", "invisible", id="bidi-override"),
+        pytest.param("https://example.com/\ufeff", "invisible", id="bom"),
+        pytest.param("https://example.com/\x85", "whitespace", id="c1-control"),
+        pytest.param("https://example.com/\u00a0", "whitespace", id="nbsp"),
+        pytest.param("https://example.com/\x00", "control", id="nul"),
+        pytest.param("https://b\u00fccher.example/", "not ASCII", id="idn-host"),
+        pytest.param("https://\u0440\u0430ypal.com/", "not ASCII", id="cyrillic-homograph"),
+        pytest.param("https://ex%61mple.com/", "characters other than", id="percent-host"),
+        pytest.param("https://exa<mple.com/", "characters other than", id="angle-host"),
+        pytest.param("https://[v1.fe]/", "not an IPv6", id="ipvfuture"),
     ],
 )
 def test_refused_urls_name_the_reason(url: str, reason: str) -> None:
+    """Regression test (rows from ``userinfo`` on): userinfo, backslashes, invisible characters
+    and non-ASCII or odd hosts were accepted, so a link could show one host and go to another."""
     with pytest.raises(InvalidUrlError, match=reason):
         validate_url(url)
 
