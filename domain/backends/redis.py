@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
@@ -82,20 +82,37 @@ return redis.call('SREM', KEYS[1], fid)
 """
 
 
-def connect(url: str, *, socket_timeout: float = 5.0) -> Redis:
-    """A client configured for counters: explicit timeouts and **no automatic retries**.
+def connect(
+    url: str,
+    *,
+    socket_timeout: float = 5.0,
+    max_connections: int = 20,
+    pool_timeout: float = 5.0,
+) -> Redis:
+    """A client configured for counters: explicit timeouts, a bounded blocking pool and **no
+    automatic retries**.
 
     redis-py 8 retries a command up to 10 times after a timeout by default, which would run a
-    non-idempotent script (``RECORD``) again after a lost reply. The caller owns the client.
+    non-idempotent script (``RECORD``) again after a lost reply. The pool is bounded like the
+    scheduler's (:func:`scheduler.backends.redis.make_redis_client`): a burst of requests waits
+    for one of *max_connections* connections instead of opening one each, and fails after
+    *pool_timeout* seconds. The caller owns the client (``await client.aclose()``).
+
+    :param socket_timeout: seconds to wait for a connection or a reply
+    :param max_connections: the pool's size; callers beyond it wait
+    :param pool_timeout: seconds to wait for a free connection before a ``ConnectionError``
     """
-    return Redis.from_url(
+    pool = BlockingConnectionPool.from_url(
         url,
+        max_connections=max_connections,
+        timeout=pool_timeout,
         socket_timeout=socket_timeout,
         socket_connect_timeout=socket_timeout,
         retry=Retry(NoBackoff(), 0),
         retry_on_error=[],
         decode_responses=True,
     )
+    return Redis.from_pool(pool)
 
 
 class RedisCounterStore:
