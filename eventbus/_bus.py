@@ -16,7 +16,7 @@ import dataclasses
 import inspect
 import itertools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,7 @@ from anyio.abc import TaskGroup
 from anyio.lowlevel import checkpoint
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ._calls import Calls, async_depth
+from ._calls import Calls, async_depth, on_asyncio
 from ._dispatch import (
     Emission,
     FastPlan,
@@ -337,17 +337,31 @@ class EventBus(Subscriptions, Plans, Workers, Calls):
             exc, value, rec = await self._call_async(sub, emission)
             outcomes[i] = Outcome(sub.name, value, exc, time.perf_counter() - start, rec)
 
-        async with anyio.create_task_group() as tg:
-            for i, sub in enumerate(plan.listeners):
-                if sub.once:
-                    if sub.fired:  # a nested emit already ran it: not this emit's listener
-                        continue
-                    sub.fired = True
-                    self._remove(sub)
-                if sub.is_async:
-                    tg.start_soon(run, i, sub)
-                else:  # inline, in order; retries sleep here, and an awaitable is awaited
+        # One hop for the whole emit: the listeners' tasks copy the context it sets.
+        token = self._enter_hop(emission.depth)
+        try:
+            if plan.n_async < 2:
+                # No task group for one async listener: it runs in this task, after the sync ones
+                # (when a task group would have started it).
+                later: list[tuple[int, Listener]] = []
+                await self._run_listeners(plan, run, lambda i, sub: later.append((i, sub)))
+                for i, sub in later:
                     await run(i, sub)
+            elif on_asyncio():
+                # asyncio's own task group is far cheaper than anyio's, with the same rules: each
+                # task runs in a copy of the context, a BaseException cancels the siblings, and a
+                # cancelled publisher cancels them (our cancel scopes work in any asyncio task).
+                import asyncio
+
+                async with asyncio.TaskGroup() as atg:
+                    await self._run_listeners(
+                        plan, run, lambda i, sub: atg.create_task(run(i, sub))
+                    )
+            else:
+                async with anyio.create_task_group() as tg:
+                    await self._run_listeners(plan, run, lambda i, sub: tg.start_soon(run, i, sub))
+        finally:
+            self._leave_hop(token)
         ran = [(s, o) for s, o in zip(plan.listeners, outcomes, strict=True) if o is not None]
         done = [out for _, out in ran]
         raised: list[Exception] = []
@@ -358,6 +372,27 @@ class EventBus(Subscriptions, Plans, Workers, Calls):
         if raised:
             raise ListenerErrors.for_event(event.__event_name__, raised)
         return done
+
+    async def _run_listeners(
+        self,
+        plan: Plan,
+        run: Callable[[int, Listener], Awaitable[None]],
+        spawn: Callable[[int, Listener], object],
+    ) -> None:
+        """Run the sync listeners of *plan* inline, in order, and hand the async ones to *spawn*.
+
+        Inline sync calls may await: retries sleep, and an awaitable a listener returns is awaited.
+        """
+        for i, sub in enumerate(plan.listeners):
+            if sub.once:
+                if sub.fired:  # a nested emit already ran it: not this emit's listener
+                    continue
+                sub.fired = True
+                self._remove(sub)
+            if sub.is_async:
+                spawn(i, sub)
+            else:
+                await run(i, sub)
 
     async def retry_failures(
         self,

@@ -10,6 +10,7 @@ import contextvars
 import inspect
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from ._workers import Job
     from .abc import FailureStore
 
-__all__ = ["Calls", "async_depth", "cancelled_from_outside"]
+__all__ = ["Calls", "async_depth", "cancelled_from_outside", "on_asyncio"]
 
 logger = logging.getLogger("eventbus")
 
@@ -55,6 +56,12 @@ def cancelled_from_outside() -> bool:
 
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
+
+
+def on_asyncio() -> bool:
+    """Whether asyncio runs this task: one C call, far cheaper than sniffio's probe (~2 µs)."""
+    aio = sys.modules.get("asyncio")  # never imported: not asyncio
+    return aio is not None and aio._get_running_loop() is not None
 
 
 def _asyncio_cancelled() -> type[BaseException]:
@@ -122,40 +129,39 @@ class Calls:
 
         A cancellation the listener raised itself is its failure; one from an enclosing scope
         propagates. With a *job*, attempts and the last error are kept on it, and a failure
-        after shutdown cut the job short is left for shutdown to record.
+        after shutdown cut the job short is left for shutdown to record. The caller holds a hop
+        (``_enter_hop``) around it: one per worker job, one per ``emit_async()``.
         """
         attempts = 0
-        token = self._enter_hop(emission.depth)
-        try:
-            while True:
-                attempts += 1
-                if job is not None:
-                    job.attempts = attempts
-                try:
-                    if sub.is_async:
-                        value = await self._invoke(sub, emission.event)
+        while True:
+            attempts += 1
+            if job is not None:
+                job.attempts = attempts
+            try:
+                if sub.is_async:  # without a timeout, no _invoke coroutine in between
+                    if sub.timeout is None:
+                        value = await sub.fn(emission.event)
                     else:
-                        value = sub.fn(emission.event)
-                        if value is not None and inspect.isawaitable(value):
-                            value = await value
-                    return None, value, None
-                except BaseException as exc:
-                    if not isinstance(exc, Exception) and (
-                        not isinstance(exc, anyio.get_cancelled_exc_class())
-                        or cancelled_from_outside()
-                    ):
-                        raise
-                    if job is not None:
-                        job.last_error = exc
-                        if job.scope is not None and job.scope.cancel_called:
-                            return exc, None, None  # shutdown records it, with attempts
-                    if attempts <= sub.retries:
-                        await anyio.sleep(self._backoff(attempts))
-                        continue
-                    rec = self._record(emission.event, emission.event_id, sub.name, exc, attempts)
-                    return exc, None, rec
-        finally:
-            self._leave_hop(token)
+                        value = await self._invoke(sub, emission.event)
+                else:
+                    value = sub.fn(emission.event)
+                    if value is not None and inspect.isawaitable(value):
+                        value = await value
+                return None, value, None
+            except BaseException as exc:
+                if not isinstance(exc, Exception) and (
+                    not isinstance(exc, anyio.get_cancelled_exc_class()) or cancelled_from_outside()
+                ):
+                    raise
+                if job is not None:
+                    job.last_error = exc
+                    if job.scope is not None and job.scope.cancel_called:
+                        return exc, None, None  # shutdown records it, with attempts
+                if attempts <= sub.retries:
+                    await anyio.sleep(self._backoff(attempts))
+                    continue
+                rec = self._record(emission.event, emission.event_id, sub.name, exc, attempts)
+                return exc, None, rec
 
     async def _invoke(self, sub: Listener, event: Event) -> Any:
         if sub.timeout is None:

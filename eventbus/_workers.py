@@ -6,6 +6,7 @@ exit, waits ``shutdown_grace`` for queued work, then cancels it and records what
 
 from __future__ import annotations
 
+import contextvars
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -62,6 +63,10 @@ class Workers:
         def _record(
             self, event: Event, event_id: str, listener: str, exc: BaseException, attempts: int
         ) -> FailureRecord: ...
+
+        def _enter_hop(self, depth: int) -> contextvars.Token[int]: ...
+
+        def _leave_hop(self, token: contextvars.Token[int]) -> None: ...
 
         async def _call_async(
             self, sub: Listener, emission: Emission, job: Job | None = None
@@ -177,6 +182,7 @@ class Workers:
                 self._in_flight.add(job)
                 # Its own scope, cancelled by shutdown: a job cut short is recorded as such even
                 # if the listener swallowed the cancellation and returned.
+                token = self._enter_hop(job.emission.depth)
                 try:
                     with anyio.CancelScope() as job.scope:
                         await self._call_async(job.listener, job.emission, job)
@@ -185,6 +191,8 @@ class Workers:
                 except BaseException:
                     self._in_flight.discard(job)  # it propagates, crashing the bus: not ours
                     raise
+                finally:
+                    self._leave_hop(token)
                 if not job.scope.cancel_called:
                     self._in_flight.discard(job)  # else shutdown records it
 
