@@ -1,0 +1,168 @@
+"""emit_async's three ways of running async listeners keep the same rules.
+
+One async listener runs in the publisher's task; two or more run in ``asyncio.TaskGroup`` on
+asyncio and in an anyio task group on trio. Each test runs with one and with three listeners, on
+both backends (the ``anyio_backend`` fixture), so every runner meets every rule.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Awaitable, Callable
+
+import anyio
+import pytest
+from anyio.lowlevel import checkpoint
+
+from eventbus import Event, EventBus, ListenerTimeoutError, MemoryFailureStore
+from tests.eventbus.helpers import OrderPaid
+
+PAID = OrderPaid(order_id=1, user_id=7)
+
+runners = pytest.mark.parametrize(
+    "count", [pytest.param(1, id="in-the-publisher-task"), pytest.param(3, id="task-group")]
+)
+
+where: contextvars.ContextVar[str] = contextvars.ContextVar("where", default="unset")
+
+
+class Interrupt(BaseException):
+    """Not a cancellation: it must reach the publisher, unrecorded."""
+
+
+def subscribe(
+    bus: EventBus, count: int, make: Callable[[int], Callable[[Event], Awaitable[object]]]
+) -> None:
+    for i in range(count):
+        bus.on(OrderPaid, make(i), name=f"listener{i}")
+
+
+@runners
+async def test_timeouts_cancel_and_record_each_listener(
+    bus: EventBus, store: MemoryFailureStore, count: int
+) -> None:
+    def make(i: int) -> Callable[[Event], Awaitable[None]]:
+        async def never(e: Event) -> None:
+            await anyio.sleep_forever()
+
+        return never
+
+    for i in range(count):
+        bus.on(OrderPaid, make(i), name=f"listener{i}", timeout=0.01)
+    with anyio.fail_after(5):
+        outs = await bus.emit_async(PAID)
+    assert [type(o.error) for o in outs] == [ListenerTimeoutError] * count
+    assert sorted(r.listener for r in await store.query()) == [f"listener{i}" for i in range(count)]
+
+
+@runners
+async def test_publisher_cancellation_reaches_every_listener_unrecorded(
+    bus: EventBus, store: MemoryFailureStore, count: int
+) -> None:
+    started: list[int] = []
+    cancelled: list[int] = []
+    all_started = anyio.Event()
+
+    def make(i: int) -> Callable[[Event], Awaitable[None]]:
+        async def waits(e: Event) -> None:
+            started.append(i)
+            if len(started) == count:
+                all_started.set()
+            try:
+                await anyio.sleep_forever()
+            except anyio.get_cancelled_exc_class():
+                cancelled.append(i)
+                raise
+
+        return waits
+
+    subscribe(bus, count, make)
+    with anyio.fail_after(5), anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(bus.emit_async, PAID)
+            await all_started.wait()
+            scope.cancel()
+    assert scope.cancelled_caught
+    assert sorted(cancelled) == list(range(count))
+    assert await store.query() == []
+
+
+async def test_a_base_exception_cancels_the_sibling_listeners(
+    bus: EventBus, store: MemoryFailureStore
+) -> None:
+    cancelled: list[str] = []
+
+    async def waits(e: Event) -> None:
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            cancelled.append("waits")
+            raise
+
+    async def interrupts(e: Event) -> None:
+        await checkpoint()
+        raise Interrupt
+
+    bus.on(OrderPaid, waits)
+    bus.on(OrderPaid, interrupts)
+    with pytest.raises(BaseException) as info, anyio.fail_after(5):
+        await bus.emit_async(PAID)
+    held = info.value
+    if isinstance(held, BaseExceptionGroup):
+        assert held.subgroup(Interrupt) is not None
+    else:
+        assert isinstance(held, Interrupt)
+    assert cancelled == ["waits"]
+    assert await store.query() == []
+
+
+async def test_each_listener_of_a_task_group_gets_its_own_context_copy(bus: EventBus) -> None:
+    seen: list[str] = []
+
+    def make(i: int) -> Callable[[Event], Awaitable[None]]:
+        async def sets(e: Event) -> None:
+            seen.append(where.get())
+            where.set(f"listener{i}")
+            await checkpoint()
+            seen.append(where.get())
+
+        return sets
+
+    subscribe(bus, 2, make)
+    token = where.set("publisher")
+    try:
+        with anyio.fail_after(5):
+            await bus.emit_async(PAID)
+        assert where.get() == "publisher"
+    finally:
+        where.reset(token)
+    assert sorted(seen) == ["listener0", "listener1", "publisher", "publisher"]
+
+
+def returns(value: str) -> Callable[[Event], str]:
+    def sync(e: Event) -> str:
+        return value
+
+    return sync
+
+
+@runners
+async def test_outcomes_keep_subscription_order_with_sync_listeners_between(
+    bus: EventBus, count: int
+) -> None:
+    def make(i: int) -> Callable[[Event], Awaitable[str]]:
+        async def slow_first(e: Event) -> str:
+            for _ in range(count - i):  # the first subscribed finishes last
+                await checkpoint()
+            return f"async{i}"
+
+        return slow_first
+
+    for i in range(count):
+        bus.on(OrderPaid, make(i), name=f"async{i}")
+        bus.on(OrderPaid, returns(f"sync{i}"), name=f"sync{i}")
+    with anyio.fail_after(5):
+        outs = await bus.emit_async(PAID)
+    expected = [name for i in range(count) for name in (f"async{i}", f"sync{i}")]
+    assert [o.listener for o in outs] == expected
+    assert [o.value for o in outs] == expected
