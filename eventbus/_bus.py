@@ -38,7 +38,7 @@ from ._dispatch import (
 from ._events import Event, EventRegistry, default_registry
 from ._exceptions import BusNotRunningError, ListenerErrors, PayloadError, RecursionLimitError
 from ._failures import FailureRecord
-from ._listeners import ErrorPolicy, Listener, Outcome, is_async_callable
+from ._listeners import ErrorPolicy, Listener, Outcome, is_async_callable, new_outcome
 from ._subscriptions import Subscriptions
 from ._workers import Job, Workers
 from .backends.memory import MemoryFailureStore
@@ -335,7 +335,7 @@ class EventBus(Subscriptions, Plans, Workers, Calls):
         async def run(i: int, sub: Listener) -> None:
             start = time.perf_counter()
             exc, value, rec = await self._call_async(sub, emission)
-            outcomes[i] = Outcome(sub.name, value, exc, time.perf_counter() - start, rec)
+            outcomes[i] = new_outcome(sub.name, value, exc, time.perf_counter() - start, rec)
 
         # One hop for the whole emit: the listeners' tasks copy the context it sets.
         token = self._enter_hop(emission.depth)

@@ -10,7 +10,14 @@ from typing import Any, Literal
 
 from ._failures import FailureRecord
 
-__all__ = ["ErrorPolicy", "Listener", "Outcome", "default_listener_name", "is_async_callable"]
+__all__ = [
+    "ErrorPolicy",
+    "Listener",
+    "Outcome",
+    "default_listener_name",
+    "is_async_callable",
+    "new_outcome",
+]
 
 ErrorPolicy = Literal["capture", "propagate"]
 
@@ -49,6 +56,32 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+# The slots' own setters: a frozen dataclass's __init__ calls object.__setattr__ per field, which
+# looks each name up again; emit_async makes one Outcome per listener, so this is its hot path.
+_set_listener = Outcome.__dict__["listener"].__set__
+_set_value = Outcome.__dict__["value"].__set__
+_set_error = Outcome.__dict__["error"].__set__
+_set_duration = Outcome.__dict__["duration"].__set__
+_set_failure = Outcome.__dict__["failure"].__set__
+
+
+def new_outcome(
+    listener: str,
+    value: Any,
+    error: BaseException | None,
+    duration: float,
+    failure: FailureRecord | None,
+) -> Outcome:
+    """``Outcome(listener, value, error, duration, failure)`` at about half the cost."""
+    out = object.__new__(Outcome)
+    _set_listener(out, listener)
+    _set_value(out, value)
+    _set_error(out, error)
+    _set_duration(out, duration)
+    _set_failure(out, failure)
+    return out
 
 
 def default_listener_name(fn: Callable[..., Any]) -> str:
