@@ -26,15 +26,16 @@ ALPHABET = string.digits + string.ascii_letters  # base62
 CODE_LENGTH = 6  # 62**6 = 56.8 billion codes
 MAX_URL_LENGTH = 2048
 ALIAS_MIN, ALIAS_MAX = 3, 32
-_HOST = re.compile(r"[a-z0-9_](?:[a-z0-9_.-]*[a-z0-9_])?\.?\Z")  # urlsplit lowercases it
+_LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
+_HOST = re.compile(rf"(?:{_LABEL}\.)*{_LABEL}\.?\Z")  # urlsplit lowercases the host
 # control, format (zero-width, bidi), surrogate, private-use, unassigned, line/para separators
 _INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 _ALIAS = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*\Z")
 DEFAULT_RESERVED = frozenset(
     {
-        "about", "admin", "api", "assets", "auth", "favicon.ico", "health", "healthz", "help",
-        "login", "logout", "metrics", "new", "robots.txt", "settings", "signup", "static",
-        "status", "www",
+        "about", "admin", "api", "articles", "assets", "auth", "favicon.ico", "health",
+        "healthz", "help", "links", "login", "logout", "metrics", "new", "orders", "robots.txt",
+        "settings", "signup", "static", "status", "www",
     }
 )  # fmt: skip
 
@@ -84,7 +85,7 @@ def validate_url(url: str, *, max_length: int = MAX_URL_LENGTH) -> str:
     try:
         parts = urlsplit(url)
         host = parts.hostname
-        parts.port  # noqa: B018  (raises ValueError on a bad port)
+        port = parts.port  # raises ValueError on a bad port
     except ValueError as exc:
         raise InvalidUrlError(url, f"it does not parse ({exc})") from None
     scheme = parts.scheme.lower()
@@ -96,6 +97,8 @@ def validate_url(url: str, *, max_length: int = MAX_URL_LENGTH) -> str:
         raise InvalidUrlError(url, "it has userinfo ('user@' before the host); remove it")
     if not host:
         raise InvalidUrlError(url, "it has no host")
+    if port == 0:
+        raise InvalidUrlError(url, "port 0 is not a port a server listens on")
     if not host.isascii():
         raise InvalidUrlError(
             url, f"host {host!r} is not ASCII; give its IDNA form (xn--...) instead"
@@ -107,7 +110,8 @@ def validate_url(url: str, *, max_length: int = MAX_URL_LENGTH) -> str:
             raise InvalidUrlError(url, f"host [{host}] is not an IPv6 address") from None
     elif not _HOST.match(host):
         raise InvalidUrlError(
-            url, f"host {host!r} has characters other than letters, digits, '-', '_' and '.'"
+            url,
+            f"host {host!r} is not dot-separated labels of letters, digits, '-' and '_'",
         )
     return url
 

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from domain._shortlink_rules import ALPHABET, new_code, validate_url
+from domain._shortlink_rules import ALPHABET, new_code, validate_alias, validate_url
 from domain.abc import CounterStore
 from domain.db import short_links, shortlink_pool
 from domain.events import catalog
@@ -99,9 +99,12 @@ def test_accepted_urls(url: str) -> None:
         pytest.param("https://example.com/\x00", "control", id="nul"),
         pytest.param("https://b\u00fccher.example/", "not ASCII", id="idn-host"),
         pytest.param("https://\u0440\u0430ypal.com/", "not ASCII", id="cyrillic-homograph"),
-        pytest.param("https://ex%61mple.com/", "characters other than", id="percent-host"),
-        pytest.param("https://exa<mple.com/", "characters other than", id="angle-host"),
+        pytest.param("https://ex%61mple.com/", "is not dot-separated labels", id="percent-host"),
+        pytest.param("https://exa<mple.com/", "is not dot-separated labels", id="angle-host"),
         pytest.param("https://[v1.fe]/", "not an IPv6", id="ipvfuture"),
+        pytest.param("https://a..com/", "is not dot-separated labels", id="empty-label"),
+        pytest.param("https://-/", "is not dot-separated labels", id="hyphen-host"),
+        pytest.param("https://a.com:0/", "port 0", id="port-0"),
     ],
 )
 def test_refused_urls_name_the_reason(url: str, reason: str) -> None:
@@ -109,6 +112,13 @@ def test_refused_urls_name_the_reason(url: str, reason: str) -> None:
     and non-ASCII or odd hosts were accepted, so a link could show one host and go to another."""
     with pytest.raises(InvalidUrlError, match=reason):
         validate_url(url)
+
+
+@pytest.mark.parametrize("route", ["links", "articles", "orders", "healthz", "admin"])
+def test_the_web_routes_are_reserved_by_default(route: str) -> None:
+    """Regression test: ``/links``, ``/articles`` and ``/orders`` could be claimed as aliases."""
+    with pytest.raises(ReservedAliasError):
+        validate_alias(route)
 
 
 async def test_create_refuses_bad_url_before_touching_the_pool(engine: AsyncEngine) -> None:
