@@ -37,7 +37,7 @@ from ._dispatch import (
 )
 from ._events import Event, EventRegistry, default_registry
 from ._exceptions import BusNotRunningError, ListenerErrors, PayloadError, RecursionLimitError
-from ._failures import FailureRecord
+from ._failures import FailureRecord, new_event_id
 from ._listeners import ErrorPolicy, Listener, Outcome, is_async_callable, new_outcome
 from ._subscriptions import Subscriptions
 from ._workers import Job, Workers
@@ -134,7 +134,7 @@ class EventBus(Subscriptions, Plans, Workers, Calls):
                 "queue_size must be >= 0, workers >= 1, max_depth >= 1 and shutdown_grace >= 0"
             )
         # event type -> plain callables (fast path) or a Plan (slow path)
-        self._plans: dict[type[Event], FastPlan | Plan] = {}
+        self._plans: dict[type[Event], SinglePlan | FastPlan | Plan] = {}
         self.registry = registry if registry is not None else default_registry
         self.failures: FailureStore = failures if failures is not None else MemoryFailureStore()
         self.errors = errors
@@ -237,10 +237,10 @@ class EventBus(Subscriptions, Plans, Workers, Calls):
                 raise RecursionLimitError(event.__event_name__, self._max_depth)  # type: ignore[union-attr]
             self._depth = depth + 1
             try:
-                if (value := one[0](event)) is not None and inspect.isawaitable(value):
-                    raise awaitable_error(one.subs[0].name, value)
+                if (value := one.fn(event)) is not None and inspect.isawaitable(value):
+                    raise awaitable_error(one.sub.name, value)
             except Exception as exc:
-                self._fast_failure(event, one, one[0], exc)  # type: ignore[arg-type]
+                self._record(event, new_event_id(), one.sub.name, exc, 1)  # type: ignore[arg-type]
             finally:
                 self._depth = depth
             return None

@@ -12,7 +12,7 @@ from ._listeners import ErrorPolicy, Listener, default_listener_name, is_async_c
 from ._patterns import compile_pattern, is_pattern
 
 if TYPE_CHECKING:
-    from ._dispatch import FastPlan, Plan
+    from ._dispatch import FastPlan, Plan, SinglePlan
 
 __all__ = ["Subscriptions"]
 
@@ -29,7 +29,7 @@ class Subscriptions:
 
     if TYPE_CHECKING:
         registry: EventRegistry
-        _plans: dict[type[Event], FastPlan | Plan]
+        _plans: dict[type[Event], SinglePlan | FastPlan | Plan]
         _subs: list[Listener]
         _names: dict[str, Listener]
         _seq: itertools.count[int]
