@@ -205,7 +205,12 @@ def _num(value: float) -> str:
 
 
 def _calibrate(loop: SyncLoop, seconds: float) -> int:
-    """Iterations that take about *seconds* (timeit's autorange, doubling from 1)."""
+    """Iterations that take about *seconds* (timeit's autorange, doubling from 1).
+
+    One untimed call first: a first call's one-off costs (a lazy import, a plan build) would
+    otherwise make n tiny, and samples of a few iterations mostly measure noise.
+    """
+    loop(1)
     n = 1
     while True:
         start = time.perf_counter_ns()
@@ -217,6 +222,8 @@ def _calibrate(loop: SyncLoop, seconds: float) -> int:
 
 
 async def _calibrate_async(loop: AsyncLoop, seconds: float) -> int:
+    """Like :func:`_calibrate`, also after one untimed call (anyio imports its backend then)."""
+    await loop(1)
     n = 1
     while True:
         start = time.perf_counter_ns()
