@@ -6,7 +6,7 @@ captured per listener, logged and recorded, and (under ``errors="propagate"``) r
 publisher as a :class:`ListenerErrors` group once every listener has run.
 
 The other jobs live next door, as mixins of :class:`EventBus`: ``_subscriptions`` (on/off),
-``_dispatch`` (plans), ``_calls`` (one listener call, failure recording) and ``_workers`` (the
+``_dispatch`` (plans), ``_calls`` (calling listeners, recording failures) and ``_workers`` (the
 queue, its workers and shutdown).
 """
 
@@ -16,7 +16,7 @@ import dataclasses
 import inspect
 import itertools
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,7 @@ from ._dispatch import (
     awaitable_error,
 )
 from ._events import Event, EventRegistry, default_registry
-from ._exceptions import BusNotRunningError, ListenerErrors, PayloadError, RecursionLimitError
+from ._exceptions import BusNotRunningError, ListenerErrors, RecursionLimitError
 from ._failures import FailureRecord, new_event_id
 from ._listeners import ErrorPolicy, Listener, Outcome, is_async_callable, new_outcome
 from ._subscriptions import Subscriptions
@@ -269,20 +269,6 @@ class EventBus(Subscriptions, Plans, Workers, Calls):
             return None
         return self._emit_planned(event, plan)  # type: ignore[arg-type]
 
-    def _coerce(self, event: Event | str, payload: Mapping[str, Any] | None) -> Event:
-        if isinstance(event, str):
-            if payload is None:
-                payload = {}
-            return self.registry.build(event, payload)
-        if payload is not None:
-            raise TypeError("pass either an event instance or a name and a payload, not both")
-        if not isinstance(event, Event):
-            raise PayloadError(
-                getattr(event, "__event_name__", type(event).__name__),
-                f"emit() takes an Event instance or a declared name, got {type(event).__name__}",
-            )
-        return event
-
     def _emit_planned(self, event: Event, plan: Plan) -> None:
         ename = event.__event_name__
         if plan.n_async and not self._running:
@@ -372,27 +358,6 @@ class EventBus(Subscriptions, Plans, Workers, Calls):
         if raised:
             raise ListenerErrors.for_event(event.__event_name__, raised)
         return done
-
-    async def _run_listeners(
-        self,
-        plan: Plan,
-        run: Callable[[int, Listener], Awaitable[None]],
-        spawn: Callable[[int, Listener], object],
-    ) -> None:
-        """Run the sync listeners of *plan* inline, in order, and hand the async ones to *spawn*.
-
-        Inline sync calls may await: retries sleep, and an awaitable a listener returns is awaited.
-        """
-        for i, sub in enumerate(plan.listeners):
-            if sub.once:
-                if sub.fired:  # a nested emit already ran it: not this emit's listener
-                    continue
-                sub.fired = True
-                self._remove(sub)
-            if sub.is_async:
-                spawn(i, sub)
-            else:
-                await run(i, sub)
 
     async def retry_failures(
         self,

@@ -12,13 +12,13 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.lowlevel import checkpoint
 
-from ._dispatch import AWAITABLE_HINT, Emission, awaitable_error
+from ._dispatch import AWAITABLE_HINT, Emission, Plan, awaitable_error
 from ._events import Event
 from ._exceptions import ListenerTimeoutError
 from ._failures import FailureRecord
@@ -82,6 +82,8 @@ class Calls:
         _failure_count: int
         _in_hook: bool
         _on_failure: Callable[[FailureRecord], object] | None
+
+        def _remove(self, sub: Listener) -> None: ...
 
     def _sync_limit(self) -> None:
         # ``emit()`` compares its sync depth with ``_fast_limit`` alone: max_depth while no
@@ -242,3 +244,24 @@ class Calls:
             finally:
                 self._in_hook = False
         return rec
+
+    async def _run_listeners(
+        self,
+        plan: Plan,
+        run: Callable[[int, Listener], Awaitable[None]],
+        spawn: Callable[[int, Listener], object],
+    ) -> None:
+        """Run the sync listeners of *plan* inline, in order, and hand the async ones to *spawn*.
+
+        Inline sync calls may await: retries sleep, and an awaitable a listener returns is awaited.
+        """
+        for i, sub in enumerate(plan.listeners):
+            if sub.once:
+                if sub.fired:  # a nested emit already ran it: not this emit's listener
+                    continue
+                sub.fired = True
+                self._remove(sub)
+            if sub.is_async:
+                spawn(i, sub)
+            else:
+                await run(i, sub)

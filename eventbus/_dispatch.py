@@ -9,11 +9,11 @@ listener (the commonest case), a :class:`SinglePlan` that it calls without a loo
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._events import Event, EventRegistry
-from ._exceptions import UnknownEventError
+from ._exceptions import PayloadError, UnknownEventError
 from ._failures import FailureRecord, new_event_id
 from ._listeners import ErrorPolicy, Listener
 from ._patterns import match_segments
@@ -107,7 +107,7 @@ class Plan:
 
 
 class Plans:
-    """The bus's plan cache: building, caching and the fast path's failure bookkeeping."""
+    """The bus's plan cache (building, caching, fast-path failures) and event coercion."""
 
     if TYPE_CHECKING:
         registry: EventRegistry
@@ -186,3 +186,17 @@ class Plans:
         if plan is None:
             plan = self._plan_for(cls)
         return plan if isinstance(plan, Plan) else plan.plan
+
+    def _coerce(self, event: Event | str, payload: Mapping[str, Any] | None) -> Event:
+        if isinstance(event, str):
+            if payload is None:
+                payload = {}
+            return self.registry.build(event, payload)
+        if payload is not None:
+            raise TypeError("pass either an event instance or a name and a payload, not both")
+        if not isinstance(event, Event):
+            raise PayloadError(
+                getattr(event, "__event_name__", type(event).__name__),
+                f"emit() takes an Event instance or a declared name, got {type(event).__name__}",
+            )
+        return event
