@@ -44,7 +44,8 @@ class RunSucceeded(Event, name="scheduler.run.succeeded"):
 
 
 class RunFailed(Event, name="scheduler.run.failed"):
-    """A run raised, or was cancelled by ``remove(cancel=True)`` or by losing its lock."""
+    """A run raised, or was cancelled: by ``remove(cancel=True)``, by losing its lock, at
+    shutdown, or with the caller of ``trigger()``."""
 
     job: str
     run_id: str
@@ -53,7 +54,8 @@ class RunFailed(Event, name="scheduler.run.failed"):
 
 
 class RunSkipped(Event, name="scheduler.run.skipped"):
-    """A fire did not run: ``reason`` is ``running``, ``locked``, ``claimed`` or ``missed``."""
+    """A fire did not run: ``reason`` is ``running``, ``locked``, ``claimed``, ``missed``,
+    ``lock-error`` or ``removed``."""
 
     job: str
     run_id: str

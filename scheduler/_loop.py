@@ -78,7 +78,8 @@ class Scheduler(JobRegistry):
     :param min_interval: the floor, in seconds, for schedules given to :meth:`add_cron` and
         loaded from a job table (user-supplied); code-defined decorators are not held to it
     :param shutdown_grace: seconds runs in progress may take to finish on exit before they are
-        cancelled
+        cancelled (by ``clock``, and at most that long in real time); a run cancelled then
+        is recorded and counted as failed and announced as ``scheduler.run.failed``
     :param job_source: job definitions registered on start (and again after a restart)
     :param job_factory: builds the job function for each loaded definition
     """

@@ -162,6 +162,9 @@ class JobRegistry:
     def remove(self, name: str, *, cancel: bool = False) -> None:
         """Stop the job's timer, then delete it; it never fires again.
 
+        A fire of it that was due but had not started yet is dropped too, as is one that
+        was waiting for the lock (recorded as skipped, ``removed``).
+
         :param cancel: also cancel its run in progress (recorded as failed,
             ``RunCancelledError``); by default that run finishes
         :raises JobLookupError: if no job has that name

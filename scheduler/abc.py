@@ -22,6 +22,9 @@ class Clock(Protocol):
 
     * ``now()`` is an aware UTC datetime and never goes backwards within a process.
     * ``sleep_until(t)`` returns at or after ``t`` (by ``now()``) and is cancellable.
+    * Optional: ``monotonic() -> float``, seconds on a clock that never steps. When present,
+      the loop measures how late it woke on it, so a wall-clock step forwards is not taken
+      for lateness (``SystemClock`` has it; ``VirtualClock`` needs none).
     """
 
     def now(self) -> datetime: ...
