@@ -19,7 +19,7 @@ from eventbus import Event, EventBus, encode_payload
 from .events import OrderPaid, UserRegistered
 from .exceptions import MailDeliveryError
 
-__all__ = ["BOUNCING_DOMAIN", "MAX_AMOUNT", "ExampleListeners"]
+__all__ = ["BOUNCING_DOMAIN", "ExampleListeners", "MAX_AMOUNT"]
 
 BOUNCING_DOMAIN = "bounce.invalid"
 MAX_AMOUNT = Decimal(10) ** 12  # amounts are below this; int() of 1e9999999 would take hours

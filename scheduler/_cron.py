@@ -31,7 +31,7 @@ import heapq
 from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime, timedelta
 from typing import cast
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ._cron_fields import CronFields, parse_cron
 from ._exceptions import CronSyntaxError
@@ -77,7 +77,7 @@ class CronExpression:
     def __init__(self, expr: str, tz: str | ZoneInfo = "UTC") -> None:
         self.expr = expr
         self._fields = parse_cron(expr)
-        self._tz = tz if isinstance(tz, ZoneInfo) else ZoneInfo(tz)
+        self._tz = tz if isinstance(tz, ZoneInfo) else _zone(tz)
         f = self._fields
         self._second_next = _next_table(f.second, 60)
         self._minute_next = _next_table(f.minute, 60)
@@ -387,3 +387,12 @@ def min_interval(expr: str | CronExpression) -> timedelta:
     """
     cron = expr if isinstance(expr, CronExpression) else CronExpression(expr)
     return cron.min_interval()
+
+
+def _zone(name: str) -> ZoneInfo:
+    """``ZoneInfo(name)``, but a name that is a folder of the tz database ('America') or is
+    otherwise unreadable raises ``ZoneInfoNotFoundError`` like any unknown zone."""
+    try:
+        return ZoneInfo(name)
+    except (OSError, ValueError) as exc:
+        raise ZoneInfoNotFoundError(f"no time zone named {name!r}") from exc

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pickle
 from datetime import UTC, datetime, timedelta, timezone
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import pytest
 
@@ -346,3 +346,12 @@ def test_public_api() -> None:
     for name in scheduler.__all__:
         # Public modules (scheduler.backends.local) keep their path; private ones are hidden.
         assert not getattr(scheduler, name).__module__.startswith("scheduler._"), name
+
+
+@pytest.mark.parametrize(
+    "zone", ["America", "Nowhere/Town", ""], ids=["folder", "unknown", "empty"]
+)
+def test_a_zone_that_is_not_a_zone_raises_zone_info_not_found(zone: str) -> None:
+    """Regression test: 'America' is a folder of the tz database and raised IsADirectoryError."""
+    with pytest.raises(ZoneInfoNotFoundError):
+        CronExpression("0 0 4 * * *", tz=zone)
