@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import types
 from collections.abc import Awaitable, Callable
 
 import blinker
 import pyee
 import pyee.asyncio
 import pymitter
+from _events import Ping, declare_others, registry
 from _harness import (
     AsyncLoop,
     Options,
@@ -34,31 +34,18 @@ from _harness import (
     run_sync_cases,
 )
 
-from eventbus import Event, EventBus, EventRegistry
+from eventbus import Event, EventBus
 
 OTHER_NAMES = 1_000
 PATTERNS = 100
 DIRECT = "direct call (baseline)"
-
-registry = EventRegistry()
-
-
-class Ping(Event, name="bench.ping", registry=registry):
-    n: int
 
 
 class SvcDone(Event, name="svc42.done", registry=registry):
     n: int
 
 
-def _declare_others(count: int) -> list[type[Event]]:
-    return [
-        types.new_class(f"Other{i}", (Event,), {"name": f"other{i}.done", "registry": registry})
-        for i in range(count)
-    ]
-
-
-OTHERS = _declare_others(OTHER_NAMES)
+OTHERS = declare_others(OTHER_NAMES)
 
 
 def noop(event: object) -> None:

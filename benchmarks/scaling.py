@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import tempfile
-import types
 from collections.abc import Callable
 from pathlib import Path
 
+from _events import Ping, declare_others, registry
 from _harness import (
     AsyncLoop,
     Options,
@@ -32,30 +32,16 @@ from _harness import (
     run_sync_cases,
 )
 
-from eventbus import Event, EventBus, EventRegistry
+from eventbus import Event, EventBus
 from eventbus.backends.memory import MemoryFailureStore
 
 SIZES = (10, 100, 1_000, 10_000)
 FAILURE_BATCH = 500  # emits between two flushes of the SQL store
 DIRECT = "direct call (baseline)"
 
-registry = EventRegistry()
-
-
-class Ping(Event, name="bench.ping", registry=registry):
-    n: int
-
 
 class SvcDone(Event, name="svc5.done", registry=registry):
     n: int
-
-
-def _declare_others(count: int) -> list[type[Event]]:
-    # Declaring an event runs dataclass code generation (~1 ms each): done once, shared.
-    return [
-        types.new_class(f"Other{i}", (Event,), {"name": f"other{i}.done", "registry": registry})
-        for i in range(count)
-    ]
 
 
 def noop(event: object) -> None:
@@ -205,7 +191,7 @@ def main() -> None:
     log = logging.getLogger("eventbus")
     log.addHandler(logging.NullHandler())
     log.propagate = False
-    others = _declare_others(max(SIZES))
+    others = declare_others(max(SIZES))
     tables = [registered(options, others)]
     print(tables[-1].render(), end="\n\n", flush=True)
     tables.append(rebuild(options, others))
