@@ -33,6 +33,15 @@ if TYPE_CHECKING:
 MARKER = "eventbus_expect_failures"
 
 
+__all__ = [
+    "captured_failures",
+    "event_bus",
+    "event_bus_options",
+    "event_bus_registry",
+    "pytest_configure",
+]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
