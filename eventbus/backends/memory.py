@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
 from anyio.abc import TaskGroup
@@ -11,11 +12,15 @@ from .._failures import FailureRecord, FailureStatus
 
 __all__ = ["MemoryFailureStore"]
 
+logger = logging.getLogger("eventbus.failures")
+
 
 class MemoryFailureStore:
     """Keeps failures in a dict, in insertion order; lost with the process.
 
-    :param max_records: oldest records are evicted beyond this many (``None``: unbounded)
+    :param max_records: oldest records are evicted beyond this many (``None``: unbounded);
+        each record was logged at ERROR when it was made, and evictions are logged at WARNING
+        (the first, then every 1,000th) and counted in ``evicted``
     """
 
     def __init__(self, *, max_records: int | None = 100_000) -> None:
@@ -32,8 +37,18 @@ class MemoryFailureStore:
     def record(self, failure: FailureRecord) -> None:
         self._records[failure.id] = failure
         if self._max is not None and len(self._records) > self._max:
-            del self._records[next(iter(self._records))]
+            oldest = self._records.pop(next(iter(self._records)))
             self.evicted += 1
+            if self.evicted % 1000 == 1:
+                logger.warning(
+                    "memory failure store is full (max_records=%d): evicted %d record(s) so far, "
+                    "the latest %s of %r by %r; use a SqlFailureStore to keep them",
+                    self._max,
+                    self.evicted,
+                    oldest.id,
+                    oldest.event_name,
+                    oldest.listener,
+                )
 
     async def start(self, task_group: TaskGroup) -> None:
         await checkpoint()

@@ -65,6 +65,18 @@ async def test_oldest_records_are_evicted_beyond_the_bound() -> None:
     assert store.evicted == 2
 
 
+async def test_evictions_are_logged_not_silent(caplog: pytest.LogCaptureFixture) -> None:
+    """Regression test: evicting a pending record used to leave no trace but a counter."""
+    store = MemoryFailureStore(max_records=1)
+    with caplog.at_level("WARNING", logger="eventbus.failures"):
+        for n in range(1, 4):
+            store.record(record(n))
+    warnings = [r for r in caplog.records if r.name == "eventbus.failures"]
+    assert len(warnings) == 1  # the first eviction, then every 1,000th
+    assert "evicted 1 record(s)" in warnings[0].getMessage()
+    assert "e1" not in [r.event_id for r in await store.query()]
+
+
 async def test_lifecycle_methods_are_checkpoints() -> None:
     store = MemoryFailureStore()
     await store.flush()
