@@ -198,6 +198,7 @@ class Scheduler(JobRegistry):
                 control=control,
                 current=lambda: self._is_current(job),
                 cancelled=cancelled,
+                misfire_grace=job.misfire_grace,
             )
         finally:
             active.discard(control)

@@ -127,12 +127,15 @@ class Runner:
         control: RunControl,
         current: Callable[[], bool] = lambda: True,
         cancelled: str = "the scheduler shut down",
+        misfire_grace: float | None = None,
     ) -> RunRecord:
         """Run one fire; never raises except the caller's own cancellation.
 
         :param current: whether the job is still the registered one; checked once the lock
             is held, so a job removed or replaced meanwhile does not run
         :param cancelled: why the run stopped if the caller's scope cancels it (the error text)
+        :param misfire_grace: the job's own grace, when it has one: a fire's claim must outlive
+            the latest moment a replica may still run it
         """
         name = base.task_name
         lease: Lease | None = None
@@ -141,7 +144,7 @@ class Runner:
         if self.lock is not None:
             try:
                 if base.scheduled_at is not None:
-                    ttl = max(lock_ttl, self.claim_ttl)
+                    ttl = max(lock_ttl, self.claim_ttl, 2 * (misfire_grace or 0.0))
                     if not await self.lock.claim_fire(name, base.scheduled_at, ttl=ttl):
                         return await self.skip(base, "claimed", "another replica took this fire")
                 acquired_at = self.clock.now()

@@ -435,3 +435,34 @@ async def test_the_lock_lost_alarm_does_not_advise_renewal_when_renewal_is_on(
 
 def test_lease_fakes_fit_the_protocol() -> None:
     assert isinstance(ReleasedLateLease(), Lease)
+
+
+# -- a job's own misfire_grace bounds how long its fire claims live -----------------------------
+
+
+class _ClaimRecordingLock(LocalLock):
+    def __init__(self, now: Callable[[], datetime]) -> None:
+        super().__init__(now=now)
+        self.claim_ttls: list[float] = []
+
+    async def claim_fire(self, name: str, fire: datetime, *, ttl: float) -> bool:
+        self.claim_ttls.append(ttl)
+        return await super().claim_fire(name, fire, ttl=ttl)
+
+
+async def test_a_fire_claim_outlives_the_jobs_own_misfire_grace() -> None:
+    """Regression test: the claim TTL used only the scheduler's grace, so a replica reaching a
+    fire later than lock_ttl but within the job's own misfire_grace could run it again."""
+    clock = VirtualClock(T0)
+    lock = _ClaimRecordingLock(clock.now)
+    sched = Scheduler(clock=clock, runs=MemoryRunStore(), lock=lock)
+
+    @sched.interval(seconds=10, name="slow-to-claim", lock_ttl=300, misfire_grace=600)
+    async def job(run: RunContext) -> None:
+        pass
+
+    with anyio.fail_after(5):
+        async with sched:
+            await clock.advance(10)
+            await sched.wait_idle()
+    assert lock.claim_ttls and min(lock.claim_ttls) >= 2 * 600
