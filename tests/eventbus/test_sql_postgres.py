@@ -1,16 +1,16 @@
 """SqlFailureStore and bus.retry_failures() against a real PostgreSQL (asyncpg).
 
-The same contract as test_sql_store.py's SQLite runs (record, flush, query, get, update, purge,
-exactly once under concurrent emits, close flushes), plus what only a strict server checks: a
-value longer than its column is refused as one row, not as the whole batch. Each test gets a
-fresh database from the ``postgres_url`` fixture.
+The portable contract (tables and indexes, field round trip, queries) is parametrised over
+SQLite and PostgreSQL in test_sql_store.py; this module adds the PostgreSQL runs of batched
+flushes, exactly once under concurrent emits, close flushes and retries, plus what only a
+strict server checks: a value longer than its column is refused as one row, not as the whole
+batch. Each test gets a fresh database from the ``postgres_url`` fixture.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta, timezone
 
 import anyio
 import pytest
@@ -18,9 +18,9 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from eventbus import Event, EventBus, FailureStatus
-from eventbus.backends.sql import SqlFailureStore, create_tables
+from eventbus.backends.sql import SqlFailureStore
 from tests.eventbus.test_retry import PAID, Flaky, record_failures, sql_bus
-from tests.eventbus.test_sql_store import OrderPaid, check_queries, make_record, reg
+from tests.eventbus.test_sql_store import OrderPaid, make_record, reg
 
 
 @pytest.fixture
@@ -49,46 +49,6 @@ async def table_rows(url: str) -> list[tuple[str, str, str]]:
         await eng.dispose()
 
 
-async def test_create_tables_makes_the_table_and_its_indexes(engine: AsyncEngine) -> None:
-    await create_tables(engine)
-    await create_tables(engine)  # idempotent
-    async with engine.connect() as conn:
-        names = await conn.run_sync(lambda c: sa.inspect(c).get_table_names())
-        indexes = await conn.run_sync(
-            lambda c: {i["name"] for i in sa.inspect(c).get_indexes("eventbus_failures")}
-        )
-    assert names == ["eventbus_failures"]
-    assert {
-        "ix_eventbus_failures_status_seq",
-        "ix_eventbus_failures_event_seq",
-        "ix_eventbus_failures_listener_seq",
-        "ix_eventbus_failures_last_failed_at",
-    } <= indexes
-
-
-async def test_every_field_round_trips_and_timestamps_come_back_aware_utc(
-    engine: AsyncEngine,
-) -> None:
-    plus2 = timezone(timedelta(hours=2))
-    rec = make_record(1).replace(
-        first_failed_at=datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=plus2),
-        last_failed_at=datetime(2026, 5, 1, 13, 0, tzinfo=plus2),
-        resolved_at=datetime(2026, 5, 1, 14, 0, tzinfo=plus2),
-        status=FailureStatus.RESOLVED,
-        attempts=3,
-        payload_ok=False,
-        note="a note ünïcode",
-    )
-    with anyio.fail_after(10):
-        async with SqlFailureStore(engine) as store:
-            store.record(rec)
-            [back] = await store.query()
-    assert back == rec
-    assert back.first_failed_at.tzinfo is UTC
-    assert back.first_failed_at == datetime(2026, 5, 1, 10, 0, 0, 123456, tzinfo=UTC)
-    assert back.status is FailureStatus.RESOLVED
-
-
 async def test_flush_without_start_writes_in_batches(
     engine: AsyncEngine, postgres_url: str
 ) -> None:
@@ -100,12 +60,6 @@ async def test_flush_without_start_writes_in_batches(
         assert len(await table_rows(postgres_url)) == 20
         await store.aclose()
     assert store.statistics().written == 20
-
-
-async def test_queries_filter_get_update_and_purge(engine: AsyncEngine) -> None:
-    with anyio.fail_after(10):
-        async with SqlFailureStore(engine) as store:
-            await check_queries(store)
 
 
 async def test_concurrent_emits_record_every_failure_once_and_only_once(postgres_url: str) -> None:
