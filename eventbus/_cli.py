@@ -221,8 +221,8 @@ async def _open(url: str | None) -> SqlFailureStore:
         raise _InputError(f"--db {url!r} is not a database URL") from None
     try:
         store = SqlFailureStore(url, create_table=False)
-    except (sa_exc.ArgumentError, sa_exc.InvalidRequestError, ImportError) as exc:
-        raise _InputError(f"--db {url!r} cannot be used: {_one_line(exc)}") from None
+    except ValueError as exc:
+        raise _InputError(f"--db {exc}") from None
     try:
         await _check_table(store)
     except BaseException:

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .._failures import FailureRecord, FailureStatus
+from ._sql_common import UTCDateTime
 
 __all__ = [
     "DEFAULT_TABLE",
@@ -56,9 +57,9 @@ def failure_table(name: str = DEFAULT_TABLE, meta: sa.MetaData | None = None) ->
         sa.Column("traceback", sa.Text(), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("status", sa.String(16), nullable=False),
-        sa.Column("first_failed_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("last_failed_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("resolved_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("first_failed_at", UTCDateTime(), nullable=False),
+        sa.Column("last_failed_at", UTCDateTime(), nullable=False),
+        sa.Column("resolved_at", UTCDateTime(), nullable=True),
         sa.Column("note", sa.Text(), nullable=True),
         sa.Index(f"ix_{name}_status_seq", "status", "seq"),
         sa.Index(f"ix_{name}_event_seq", "event_name", "seq"),

@@ -23,9 +23,13 @@ import sqlalchemy as sa
 from anyio.abc import TaskGroup
 from anyio.lowlevel import checkpoint
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .._failures import FailureRecord, FailureStatus
+from ._sql_common import UTCDateTime as UTCDateTime
+from ._sql_common import database_url as database_url
+from ._sql_common import make_engine as make_engine
+from ._sql_common import redact_url as redact_url
 from ._sql_table import DEFAULT_TABLE as DEFAULT_TABLE
 from ._sql_table import _DriverInsert, _record, _row, _utc
 from ._sql_table import create_tables as create_tables
@@ -37,15 +41,22 @@ __all__ = [
     "DEFAULT_DB_URL",
     "SqlFailureStore",
     "SqlStoreStatistics",
+    "UTCDateTime",
     "create_tables",
+    "database_url",
     "default_db_url",
     "failure_table",
     "failures_table",
+    "make_engine",
     "metadata",
+    "redact_url",
 ]
 
-# The schema lives in ._sql_table; reprs and tracebacks show the path users import from.
-create_tables.__module__ = failure_table.__module__ = __name__
+# The schema and the shared plumbing live in private modules; reprs and tracebacks show the
+# path users import from.
+for _obj in (UTCDateTime, create_tables, database_url, failure_table, make_engine, redact_url):
+    _obj.__module__ = __name__
+del _obj
 
 logger = logging.getLogger("eventbus.failures")
 
@@ -90,15 +101,17 @@ class SqlFailureStore:
     """Failure records in a SQL table, written in batches by a background task.
 
     Ownership: a store never disposes an engine it was given, and always disposes an engine it
-    built from a URL (in :meth:`aclose`). For a SQLite URL it also sets ``journal_mode=WAL``
-    and ``synchronous=NORMAL`` on each connection; a given engine is left as configured.
+    built from a URL (in :meth:`aclose`), with :func:`make_engine`: for SQLite that sets
+    ``journal_mode=WAL`` and ``synchronous=NORMAL`` and waits *busy_timeout* for a lock; a
+    given engine is left as configured.
 
     Concurrency: ``record()`` is synchronous and O(1); only the writer task (or a ``flush()``
     when the store is not started) writes batches, serialised by a lock. Queries flush first,
     so they see every record accepted before the call; while the database is unavailable
     they wait for it (bound them with ``anyio.fail_after``). asyncio only.
 
-    :param engine_or_url: an ``AsyncEngine``, or a URL (default: :func:`default_db_url`)
+    :param engine_or_url: an ``AsyncEngine``, or a URL or SQLite path (default:
+        :func:`default_db_url`)
     :param table: the table name (default ``eventbus_failures``)
     :param batch_size: most rows per insert transaction
     :param buffer_size: most records kept while waiting to be written
@@ -107,11 +120,14 @@ class SqlFailureStore:
     :param close_timeout: how long :meth:`aclose` waits for an unavailable database before
         logging the unwritten records at ERROR and giving up
     :param create_table: create the table (if missing) before the first write
+    :param busy_timeout: the writer's patience with a SQLite file another connection holds
+        write-locked, in seconds (an engine built from a URL); past it, the store reports an
+        outage and retries with backoff
     """
 
     def __init__(
         self,
-        engine_or_url: AsyncEngine | str | None = None,
+        engine_or_url: AsyncEngine | str | os.PathLike[str] | sa.URL | None = None,
         *,
         table: str = DEFAULT_TABLE,
         batch_size: int = 2_000,
@@ -120,6 +136,7 @@ class SqlFailureStore:
         max_backoff: float = 5.0,
         close_timeout: float = 10.0,
         create_table: bool = True,
+        busy_timeout: float = 5.0,
     ) -> None:
         if batch_size < 1 or buffer_size < 1:
             raise ValueError(
@@ -132,7 +149,8 @@ class SqlFailureStore:
         if isinstance(engine_or_url, AsyncEngine):
             self.engine, self._owns_engine = engine_or_url, False
         else:
-            self.engine, self._owns_engine = _build_engine(engine_or_url or default_db_url()), True
+            url = engine_or_url or default_db_url()
+            self.engine, self._owns_engine = make_engine(url, busy_timeout=busy_timeout), True
         self.table = failures_table if table == DEFAULT_TABLE else failure_table(table)
         self.batch_size = batch_size
         self.buffer_size = buffer_size
@@ -474,19 +492,3 @@ class SqlFailureStore:
         async with self.engine.begin() as conn:
             result = await conn.execute(stmt)
         return int(result.rowcount)
-
-
-def _build_engine(url: str) -> AsyncEngine:
-    engine = create_async_engine(url)
-    if engine.dialect.name == "sqlite":
-
-        @sa.event.listens_for(engine.sync_engine, "connect")
-        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
-            cur = dbapi_conn.cursor()
-            try:
-                cur.execute("PRAGMA journal_mode=WAL")
-                cur.execute("PRAGMA synchronous=NORMAL")
-            finally:
-                cur.close()
-
-    return engine

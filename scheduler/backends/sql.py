@@ -8,13 +8,15 @@ naive, so they are read back as UTC).
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+import os
+from datetime import datetime
 from typing import Any
 
 import anyio
 import sqlalchemy as sa
-from sqlalchemy.engine import Dialect
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from eventbus.backends.sql import UTCDateTime, make_engine
 
 from .._jobs import JobDefinition
 from .._records import RunRecord, RunStatus, abandoned_error
@@ -24,30 +26,10 @@ __all__ = [
     "SqlRunStore",
     "create_tables",
     "jobs_table",
-    "make_engine",
+    "make_engine",  # eventbus.backends.sql's, re-exported: the one engine builder
     "metadata",
     "runs_table",
 ]
-
-
-class UTCDateTime(sa.TypeDecorator[datetime]):
-    """An aware UTC datetime on every backend."""
-
-    impl = sa.DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError(f"{value!r} is naive; the run table stores aware datetimes")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 metadata = sa.MetaData()
@@ -89,23 +71,6 @@ async def create_tables(engine: AsyncEngine) -> None:
     """Create the run and job tables if they do not exist."""
     async with engine.begin() as conn:
         await conn.run_sync(metadata.create_all, checkfirst=True)
-
-
-def make_engine(url: str) -> AsyncEngine:
-    """An engine for ``url``; for SQLite it waits up to 30 s on a locked database (several
-    processes share the file) and uses WAL so readers do not block the writer."""
-    if not url.startswith("sqlite"):
-        return create_async_engine(url, pool_pre_ping=True)
-    engine = create_async_engine(url, connect_args={"timeout": 30})
-
-    @sa.event.listens_for(engine.sync_engine, "connect")
-    def _pragmas(dbapi_conn: Any, _record: Any) -> None:
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA busy_timeout=30000")
-        cur.close()
-
-    return engine
 
 
 def _row_to_record(row: sa.Row[Any]) -> RunRecord:
@@ -164,8 +129,10 @@ class SqlRunStore:
         self._create_lock: anyio.Lock | None = None
 
     @classmethod
-    def from_url(cls, url: str, *, create: bool = True) -> SqlRunStore:
-        """A store on its own engine for ``url`` (see :func:`make_engine`), closed by aclose."""
+    def from_url(cls, url: str | os.PathLike[str] | sa.URL, *, create: bool = True) -> SqlRunStore:
+        """A store on its own engine for ``url``, a URL or a SQLite path (see
+        :func:`eventbus.backends.sql.make_engine`: WAL, a 30 s wait for a lock), closed by
+        aclose."""
         store = cls(make_engine(url), create=create)
         store._owns_engine = True
         return store

@@ -289,7 +289,7 @@ def test_a_real_subprocess_lists_failures(db_url: str) -> None:
         pytest.param(
             ["list", "--db", "sqlite:///{tmp}/empty.db"],
             2,
-            "requires an async driver",
+            "does not name an async driver",
             id="sync-driver",
         ),
         pytest.param(
