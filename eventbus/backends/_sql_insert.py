@@ -21,9 +21,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .._failures import FailureRecord, FailureStatus
+from ._sql_common import describe_error
 from ._sql_table import _row, _utc
 
-__all__ = ["BatchInsert", "describe_error"]
+__all__ = ["BatchInsert"]
 
 # Errors that mean "this row is bad", as opposed to "the database is not available right now"
 # (anything else: the writer keeps the batch and retries with backoff).
@@ -38,15 +39,6 @@ def _is_row_error(exc: sa_exc.DBAPIError) -> bool:
         return True
     state = getattr(exc.orig, "sqlstate", None)
     return isinstance(state, str) and state[:2] in {"22", "23"}
-
-
-def describe_error(exc: BaseException) -> str:
-    """``Type: first line of the message``, the driver's own error for a SQLAlchemy one (whose
-    text would add the statement and every parameter of the batch)."""
-    orig = getattr(exc, "orig", None)
-    shown = orig if isinstance(orig, BaseException) else exc
-    lines = str(shown).strip().splitlines()
-    return f"{type(shown).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 def _insert_statement(table: sa.Table, dialect: sa.Dialect) -> Any:

@@ -28,7 +28,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .._failures import FailureRecord
 from .._log_limit import LogLimiter
-from ._sql_insert import BatchInsert, describe_error
+from ._sql_common import describe_error
+from ._sql_insert import BatchInsert
 from ._sql_spill import SpillFile, SpillReader
 
 __all__ = ["FailureWriter"]

@@ -65,7 +65,7 @@ def test_a_url_that_does_not_parse_is_a_value_error_that_masks_the_password() ->
 def test_must_exist_refuses_a_missing_sqlite_file_and_creates_nothing(tmp_path: Path) -> None:
     missing = tmp_path / "missing.db"
     for value in (str(missing), f"sqlite+aiosqlite:///{missing}"):
-        with pytest.raises(FileNotFoundError, match="no SQLite database file at") as info:
+        with pytest.raises(FileNotFoundError, match="no database file at") as info:
             database_url(value, must_exist=True)
         assert str(missing) in str(info.value)
     assert not missing.exists()
