@@ -49,6 +49,15 @@ def leftovers(spill: Path) -> list[Path]:
     return sorted(p for p in spill.parent.iterdir() if p.name.startswith(spill.name))
 
 
+async def start_flush_close(store: SqlFailureStore) -> None:
+    """Start *store* (the writer reads a spill file it finds), flush it, close it."""
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            await store.start(tg)
+            await store.flush()
+            await store.aclose()
+
+
 def test_the_spill_file_sits_next_to_a_sqlite_file_else_in_the_cwd(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -190,11 +199,7 @@ async def test_reingesting_skips_ids_already_stored_and_reads_files_a_crash_left
     orphan = spill.with_name(f"{spill.name}.0badc0de.ingesting")
     orphan.write_text("".join(encode(make_record(n)) + "\n" for n in (3, 4)))
     store = SqlFailureStore(any_engine, spill_path=spill)
-    with anyio.fail_after(20):
-        async with anyio.create_task_group() as tg:
-            await store.start(tg)
-            await store.flush()
-            await store.aclose()
+    await start_flush_close(store)
     ids = await stored_ids(any_engine)
     assert sorted(ids) == [f"rec-{n:05d}" for n in (1, 2, 3, 4)]  # each once
     assert leftovers(spill) == []
@@ -207,11 +212,7 @@ async def test_unreadable_lines_are_counted_and_logged_the_rest_is_stored(
     good = [encode(make_record(n)) for n in (1, 2)]
     spill.write_text(f'{good[0]}\nnot json\n{{"id": "half"}}\n{good[1]}\n{good[0][:40]}')
     store = SqlFailureStore(db_path, spill_path=spill)
-    with anyio.fail_after(10):
-        async with anyio.create_task_group() as tg:
-            await store.start(tg)
-            await store.flush()
-            await store.aclose()
+    await start_flush_close(store)
     assert sorted(r[0] for r in table_rows(db_path)) == ["rec-00001", "rec-00002"]
     assert store.statistics().rejected == 3
     errors = store_log(caplog, logging.ERROR)

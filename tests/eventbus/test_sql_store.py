@@ -92,6 +92,17 @@ def table_rows(db_path: Path) -> list[tuple[str, str, str]]:
     return [tuple(r) for r in rows]
 
 
+def failing_bus(store: SqlFailureStore) -> EventBus:
+    """A bus on *store* whose listener ``boom`` raises for every ``OrderPaid``."""
+    bus = EventBus(reg, store)
+
+    @bus.on(OrderPaid, name="boom")
+    def boom(e: OrderPaid) -> None:
+        raise ValueError("boom")
+
+    return bus
+
+
 async def wait_for_outage(store: SqlFailureStore) -> None:
     # Polls a counter the store exposes; the store has no event for "an outage began".
     with anyio.fail_after(5):
@@ -225,11 +236,7 @@ async def test_locked_database_during_a_burst_loses_nothing(
     db_url: str, db_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = SqlFailureStore(db_url, batch_size=25, retry_backoff=0.01, max_backoff=0.02)
-    bus = EventBus(reg, store)
-
-    @bus.on(OrderPaid, name="boom")
-    def boom(e: OrderPaid) -> None:
-        raise ValueError("boom")
+    bus = failing_bus(store)
 
     caplog.set_level(logging.WARNING, logger="eventbus.failures")
     with anyio.fail_after(10):
@@ -266,11 +273,7 @@ async def test_a_write_locked_file_past_the_writers_patience_is_an_outage(
     blocker = sqlite3.connect(path, isolation_level=None)  # a fresh file: rollback journal
     blocker.execute("BEGIN EXCLUSIVE")
     store = SqlFailureStore(path, busy_timeout=0.02, retry_backoff=0.01, max_backoff=0.02)
-    bus = EventBus(reg, store)
-
-    @bus.on(OrderPaid, name="boom")
-    def boom(e: OrderPaid) -> None:
-        raise ValueError("boom")
+    bus = failing_bus(store)
 
     caplog.set_level(logging.DEBUG, logger="eventbus.failures")
     with anyio.fail_after(10):
@@ -303,11 +306,7 @@ async def test_bus_starts_and_records_while_the_database_is_unreachable(tmp_path
     store = SqlFailureStore(
         f"sqlite+aiosqlite:///{missing_dir / 'f.db'}", retry_backoff=0.01, max_backoff=0.02
     )
-    bus = EventBus(reg, store)
-
-    @bus.on(OrderPaid, name="boom")
-    def boom(e: OrderPaid) -> None:
-        raise ValueError("boom")
+    bus = failing_bus(store)
 
     with anyio.fail_after(10):
         async with bus:
@@ -482,11 +481,7 @@ async def test_the_store_starts_again_when_the_bus_is_entered_again(
     db_url: str, db_path: Path
 ) -> None:
     store = SqlFailureStore(db_url)
-    bus = EventBus(reg, store)
-
-    @bus.on(OrderPaid, name="boom")
-    def boom(e: OrderPaid) -> None:
-        raise ValueError("boom")
+    bus = failing_bus(store)
 
     with anyio.fail_after(5):
         for n in range(3):
