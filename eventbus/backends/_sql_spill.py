@@ -34,7 +34,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: one process per spill file
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["SpillFile", "SpillReader", "default_spill_path"]
+__all__ = ["SpillBacklog", "SpillFile", "SpillReader", "default_spill_path"]
 
 _TIMES = ("first_failed_at", "last_failed_at", "resolved_at")
 
@@ -181,6 +181,48 @@ class SpillReader:
     def remove(self) -> None:
         self.close()
         self.path.unlink(missing_ok=True)
+
+
+class SpillBacklog:
+    """The spill files claimed for reading back, oldest first: the writer's side of the spill.
+
+    Not thread-safe: one caller at a time (the writer, through a worker thread).
+    """
+
+    def __init__(self, spill: SpillFile) -> None:
+        self.spill = spill
+        self._claimed: list[Path] = []
+        self._reader: SpillReader | None = None
+
+    @property
+    def reading(self) -> Path | None:
+        """The file being read, for messages."""
+        return None if self._reader is None else self._reader.path
+
+    def next_chunk(self, n: int, orphans: bool) -> tuple[list[FailureRecord], list[str], bool]:
+        """Claim the spill file if nothing is claimed (*orphans*: also what a crash left), then
+        read up to *n* lines. Returns the records, the unreadable lines, and whether every
+        claimed file has been read to its end and removed (nothing more to read for now)."""
+        if self._reader is None:
+            if not self._claimed:
+                self._claimed = self.spill.claim(orphans)
+                if not self._claimed:
+                    return [], [], True
+            self._reader = SpillReader(self._claimed[0])
+        records, bad = self._reader.read(n)
+        if records or bad:
+            return records, bad, False
+        self._reader.remove()  # its every line is in the table now
+        self._reader = None
+        self._claimed.pop(0)
+        return [], [], not self._claimed
+
+    def close(self) -> None:
+        """Stop reading; claimed files stay where they are, for the next start."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        self._claimed = []
 
 
 def glob_escape(name: str) -> str:

@@ -17,7 +17,6 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -30,7 +29,7 @@ from .._failures import FailureRecord
 from .._log_limit import LogLimiter
 from ._sql_common import describe_error
 from ._sql_insert import BatchInsert
-from ._sql_spill import SpillFile, SpillReader
+from ._sql_spill import SpillBacklog, SpillFile
 
 __all__ = ["FailureWriter"]
 
@@ -59,23 +58,16 @@ class FailureWriter:
         create_table: bool,
         describe: Callable[[], str],
     ) -> None:
-        self.engine = engine
-        self.table = table
-        self.spill = spill
-        self.batch_size = batch_size
-        self.max_batch_size = max_batch_size
-        self.buffer_size = buffer_size
-        self.retry_backoff = retry_backoff
-        self.max_backoff = max_backoff
-        self.close_timeout = close_timeout
-        self._create_table = create_table
+        self.engine, self.table, self.spill = engine, table, spill
+        self.batch_size, self.max_batch_size = batch_size, max_batch_size
+        self.buffer_size, self.close_timeout = buffer_size, close_timeout
+        self.retry_backoff, self.max_backoff = retry_backoff, max_backoff
+        self._create_table, self._table_ready = create_table, False
         self._describe = describe  # the store's repr, for log lines
         self._warn_limit = LogLimiter(logger, level=logging.WARNING, burst=1)
         self._error_limit = LogLimiter(logger, level=logging.ERROR, burst=3)
-        self._table_ready = False
         self._insert = BatchInsert(engine, table, self._refused)
-        self._batch_limit = batch_size
-        self._backoff = retry_backoff
+        self._batch_limit, self._backoff = batch_size, retry_backoff
         self.outage: BaseException | None = None
         # the buffer: accepted counts appends, done counts records taken off it
         self.buffer: collections.deque[FailureRecord] = collections.deque()
@@ -84,23 +76,18 @@ class FailureWriter:
         # (or lost), ingested_mark the handled count whose records are all in the table
         self._spill_queue: list[FailureRecord] = []
         self._spill_accepted = self._spill_handled = self._ingested_mark = 0
-        self._ingest_due = False  # set when this store spills, or by start()
-        self._orphans = False
-        self._claimed: list[Path] = []
-        self._claim_mark = 0
-        self._reader: SpillReader | None = None
+        self._ingest_due = self._orphans = False  # set when this store spills, or by start()
+        self._backlog = SpillBacklog(spill)
+        self._reading = False  # a round of reading the spill back is under way
+        self._claim_mark = 0  # _spill_handled when that round claimed the file
         self._chunk: list[FailureRecord] = []
         # counters of statistics()
         self.written = self.overflowed = self.spilled = self.reingested = 0
         self.rejected = self.lost = 0
-        # tasks
-        self._lock = anyio.Lock()  # one writer of the table at a time
-        self._spill_lock = anyio.Lock()  # one appender of the spill file at a time
-        self._wake = anyio.Event()
-        self._spill_wake = anyio.Event()
-        self._progress = anyio.Event()
-        self.running = False
-        self._closing = False
+        # tasks: one writer of the table, one appender of the spill file at a time
+        self._lock, self._spill_lock = anyio.Lock(), anyio.Lock()
+        self._wake, self._spill_wake, self._progress = anyio.Event(), anyio.Event(), anyio.Event()
+        self.running = self._closing = False
         self._scopes: list[anyio.CancelScope] = []
         self._stopped: list[anyio.Event] = []
 
@@ -356,9 +343,8 @@ class FailureWriter:
                     self._describe(),
                     exc,
                 )
-                if self._reader is not None:
-                    self._reader.close()
-                self._reader, self._claimed = None, []
+                self._backlog.close()
+                self._reading = False
                 self._ingested(self._spill_handled)
             if not self._chunk:
                 return
@@ -374,27 +360,19 @@ class FailureWriter:
         self._signal_progress()
 
     async def _read_chunk(self) -> None:
-        """The next chunk of the claimed spill files into ``_chunk`` (empty at the end of one)."""
-        if self._reader is None:
-            if not self._claimed:
-                mark = self._spill_handled
-                orphans, self._orphans = self._orphans, False
-                self._claimed = await anyio.to_thread.run_sync(self.spill.claim, orphans)
-                self._claim_mark = mark
-                if not self._claimed:
-                    return self._ingested(mark)
-            self._reader = await anyio.to_thread.run_sync(SpillReader, self._claimed[0])
-        records, bad = await anyio.to_thread.run_sync(self._reader.read, self._batch_limit)
+        """The next chunk of the spill files into ``_chunk``, in a worker thread."""
+        if not self._reading:  # a new round: what was spilled so far is in the file it claims
+            self._reading, self._claim_mark = True, self._spill_handled
+        orphans, self._orphans = self._orphans, False
+        records, bad, finished = await anyio.to_thread.run_sync(
+            self._backlog.next_chunk, self._batch_limit, orphans
+        )
         for line in bad:
             self.rejected += 1
-            self._refused(f"unreadable line in {str(self._reader.path)!r}", line[:500])
-        if not records and not bad:  # the end of this file: every line is stored
-            await anyio.to_thread.run_sync(self._reader.remove)
-            self._reader = None
-            self._claimed.pop(0)
-            if not self._claimed:
-                self._ingested(self._claim_mark)
-            return
+            self._refused(f"unreadable line in {str(self._backlog.reading)!r}", line[:500])
+        if finished:
+            self._reading = False
+            self._ingested(self._claim_mark)
         self._chunk = records
 
     def _ingested(self, mark: int) -> None:
@@ -411,10 +389,8 @@ class FailureWriter:
             self._done += len(batch)
             self._spill_accepted += len(batch)
             await self._append(batch, "were not written before close", "at the next start")
-        if self._reader is not None:  # its file stays claimed: the next start reads it again
-            self._reader.close()
-            self._reader = None
-        self._claimed, self._chunk = [], []
+        self._backlog.close()  # a file half read stays claimed: the next start reads it again
+        self._reading, self._chunk = False, []
         self._signal_progress()
 
     def _summarize(self) -> None:
