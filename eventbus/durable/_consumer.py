@@ -1,0 +1,129 @@
+"""The consumer of one group in this process: reads entries, runs a bounded number of
+listener calls, keeps their leases, and stops without acknowledging unfinished work.
+
+Reading: at start, this consumer's own pending entries (from an earlier run under the same
+name) go to the reclaim loop; then ``XREADGROUP ... >`` on the event's stream and the group's
+redelivery stream, asking for as many entries as there are free slots, blocking at most
+``block`` seconds. A missing group (``NOGROUP``) is recreated at ``0`` with a backoff; an
+unreachable Redis is retried with a backoff too: neither can spin the loop.
+
+Stopping: no more reads or reclaims; calls in flight get ``shutdown_grace`` seconds, then are
+cancelled. Cancelled calls are never acknowledged: their entries stay pending for another
+consumer (or this one, restarted) after the visibility time.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+from redis.exceptions import RedisError
+
+from .._failures import safe_str
+from ._delivery import deliver
+from ._envelope import text_fields
+from ._group import Entry, Group, InFlight, is_missing_group
+from ._leases import adopt_own_pending, reclaim_loop, renew_loop
+
+__all__ = ["Consumer"]
+
+MAX_BACKOFF = 5.0  # longest pause after failed reads
+
+
+class Consumer:
+    """Runs one :class:`Group` in this process (see the module docstring)."""
+
+    def __init__(self, group: Group) -> None:
+        self.group = group
+        self.limiter = anyio.CapacityLimiter(group.rt.options.concurrency)
+        self._intake = anyio.CancelScope()
+        self._handlers: TaskGroup | None = None
+        self._done = anyio.Event()
+
+    def __repr__(self) -> str:
+        return f"Consumer({self.group.name!r}, consumer={self.group.rt.consumer!r})"
+
+    async def prepare(self) -> None:
+        """Create the group if missing and adopt this consumer's own pending entries."""
+        await self.group.ensure()
+        await adopt_own_pending(self.group)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        group = self.group
+        try:
+            async with anyio.create_task_group() as service:  # outlives the listener calls
+                service.start_soon(renew_loop, group)
+                service.start_soon(group.ack_loop)
+                async with anyio.create_task_group() as handlers:
+                    self._handlers = handlers
+                    task_status.started()
+                    with self._intake:
+                        async with anyio.create_task_group() as intake:
+                            intake.start_soon(self._read_loop)
+                            intake.start_soon(reclaim_loop, group, self.start)
+                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                    await group.flush_acks()
+                service.cancel_scope.cancel()
+        finally:
+            self._done.set()
+
+    def start(self, entry: Entry) -> None:
+        """Run the listener for *entry* in a task of its own (its lease is renewed meanwhile)."""
+        assert self._handlers is not None
+        self.group.in_flight[entry.key] = InFlight(entry)
+        self._handlers.start_soon(deliver, self.group, entry, self.limiter)
+
+    async def stop(self, grace: float) -> int:
+        """Stop reading, let calls in flight finish for *grace* seconds, cancel the rest;
+        return how many were cancelled (their entries stay pending, unacknowledged)."""
+        self._intake.cancel()
+        group = self.group
+        with anyio.move_on_after(grace):
+            while group.in_flight:
+                await group.wait_finished()
+        unfinished = len(group.in_flight)
+        if self._handlers is not None:
+            self._handlers.cancel_scope.cancel()
+        await self._done.wait()
+        return unfinished
+
+    async def _read_loop(self) -> None:
+        group, rt = self.group, self.group.rt
+        streams: dict[Any, Any] = {group.stream: ">", group.restream: ">"}
+        block_ms = int(rt.options.block * 1000)
+        backoff = 0.0
+        while True:
+            while group.free_slots() == 0:
+                await group.wait_finished()
+            try:
+                reply: Any = await rt.client.xreadgroup(
+                    group.name, rt.consumer, streams, count=group.free_slots(), block=block_ms
+                )
+            except RedisError as exc:
+                if is_missing_group(exc):
+                    await group.recover(exc)
+                    continue
+                backoff = min(max(backoff * 2, 0.05), MAX_BACKOFF)
+                rt.log(
+                    logging.WARNING,
+                    ("read", group.name, type(exc)),
+                    "reading group %r failed (%s); retrying in %.2f s",
+                    group.name,
+                    safe_str(exc),
+                    backoff,
+                )
+                await anyio.sleep(backoff)
+                continue
+            backoff = 0.0
+            for raw_stream, entries in reply or ():
+                stream = raw_stream.decode() if isinstance(raw_stream, bytes) else raw_stream
+                redelivered = stream == group.restream
+                for raw_id, fields in entries:
+                    if fields is None:
+                        continue  # deleted while pending: only own-history reads return it
+                    entry_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
+                    if redelivered:
+                        group.counters.redelivered += 1
+                    self.start(Entry(stream, entry_id, text_fields(fields), 1))

@@ -1,0 +1,288 @@
+"""One delivery: call the listener for one stream entry, then acknowledge it, schedule its
+retry, or move it to the dead-letter stream and the failure table.
+
+Retries need no extra keys: a failed entry stays pending, and its idle time is set to
+``visibility - delay`` (``XCLAIM ... IDLE ... JUSTID``, which leaves the delivery count
+alone), so that the reclaim loop of any consumer of the group takes it again after *delay*
+with the count one higher. The count is Redis' own: a process killed during the call counts
+as a delivery too, so a listener that crashes its process still ends in the dead letters.
+
+Cancellation (shutdown, a cancel scope) never acknowledges: the entry stays pending and comes
+back after the visibility time.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import re
+import time
+import uuid
+from typing import Any
+
+import anyio
+from redis.exceptions import RedisError
+
+from .._codec import decode_payload
+from .._events import Event
+from .._failures import FailureRecord, FailureStatus, safe_str
+from ._envelope import DeadInfo, Envelope
+from ._events import DeadLettered
+from ._exceptions import DeliveriesExhaustedError
+from ._group import Entry, Group
+from ._runtime import logger, utcnow
+
+__all__ = ["deliver", "failure_id", "parse_note"]
+
+_NAMESPACE = uuid.UUID("4f0c1a52-8a43-4d43-9a59-6b1c6e2f7d11")
+_NOTE = re.compile(r"(\w+)=(\S+)")
+
+
+def failure_id(group: str, stream: str, entry_id: str) -> str:
+    """The failure row of one dead entry: the same id however often it is dead-lettered (a
+    crash between the row and the dead letter repeats both; the row is written once)."""
+    return uuid.uuid5(_NAMESPACE, f"{group}\n{stream}\n{entry_id}").hex
+
+
+def parse_note(note: str | None) -> dict[str, str] | None:
+    """The ``key=value`` fields of a dead durable failure's note; ``None`` for another note."""
+    if not note or not note.startswith("durable "):
+        return None
+    return dict(_NOTE.findall(note))
+
+
+async def deliver(group: Group, entry: Entry, limiter: anyio.CapacityLimiter) -> None:
+    """Handle one entry to its end; never raises but for cancellation."""
+    try:
+        async with limiter:
+            await _deliver(group, entry)
+    finally:
+        group.finish(entry)
+
+
+async def _deliver(group: Group, entry: Entry) -> None:
+    rt, opts = group.rt, group.rt.options
+    try:
+        env = Envelope.from_fields(entry.id, entry.fields)
+    except Exception as exc:  # not ours, or damaged: no listener can take it, ever
+        await _dead_letter(group, entry, None, None, exc)
+        return
+    if entry.deliveries > opts.max_deliveries:
+        exhausted = DeliveriesExhaustedError(group.name, entry.deliveries, opts.max_deliveries)
+        await _dead_letter(group, entry, env, None, exhausted)
+        return
+    event: Event | None = None
+    group.counters.delivered += 1
+    try:
+        event = decode_payload(rt.registry, env.name, env.payload)
+        ran = await _call(group, event, env)
+    except Exception as exc:
+        group.counters.failed += 1
+        await _failed(group, entry, env, event, exc)
+        return
+    if not ran:
+        group.counters.duplicates += 1
+    else:
+        group.counters.succeeded += 1
+    group.ack_later(entry)
+    dead = DeadInfo.from_fields(entry.fields)
+    if dead is not None:
+        await _resolve(group, dead, env)
+
+
+async def _call(group: Group, event: Event, env: Envelope) -> bool:
+    """Call the listener; ``False`` when the inbox shows the event was processed already."""
+    rt, listener = group.rt, group.listener
+    if listener.takes_tx:
+        async with rt.engine.begin() as conn:
+            if not await rt.inbox.claim(
+                conn, group=group.name, event_id=env.event_id, now=utcnow()
+            ):
+                return False
+            if listener.tx_positional:
+                await listener.fn(event, conn)
+            else:
+                await listener.fn(event, tx=conn)
+        return True
+    if listener.is_async:
+        value: Any = listener.fn(event)
+        if inspect.isawaitable(value):
+            await value
+        return True
+    await anyio.to_thread.run_sync(listener.fn, event, abandon_on_cancel=True)
+    return True
+
+
+async def _failed(
+    group: Group, entry: Entry, env: Envelope, event: Event | None, exc: Exception
+) -> None:
+    rt, opts = group.rt, group.rt.options
+    flight = group.in_flight.get(entry.key)
+    if flight is not None and flight.lost:
+        return  # another consumer has it now; its outcome counts
+    if entry.deliveries >= opts.max_deliveries:
+        await _dead_letter(group, entry, env, event, exc)
+        return
+    delay = opts.retry_delay(entry.deliveries)
+    rt.log(
+        logging.WARNING,
+        ("failed", group.name, type(exc)),
+        "durable listener %r failed for %r (event %s, delivery %d of %d): %s: %s; "
+        "retrying in %.2f s",
+        group.listener.name,
+        env.name,
+        env.event_id,
+        entry.deliveries,
+        opts.max_deliveries,
+        type(exc).__name__,
+        safe_str(exc),
+        delay,
+    )
+    group.finish(entry)  # no renewal from now on: it would reset the idle time set below
+    idle_ms = max(0, int((opts.visibility - delay) * 1000))
+    try:
+        async with group.idle_lock:
+            await rt.scripts.renew(
+                keys=[entry.stream], args=[group.name, rt.consumer, idle_ms, entry.id]
+            )
+    except RedisError as err:  # it comes back after the full visibility time instead
+        rt.log(logging.WARNING, ("retry", group.name), "could not schedule a retry: %s", err)
+        return
+    group.counters.retried += 1
+    group.retry_at(time.monotonic() + delay)
+
+
+async def _dead_letter(
+    group: Group,
+    entry: Entry,
+    env: Envelope | None,
+    event: Event | None,
+    exc: BaseException,
+) -> None:
+    """Write the failure row (and wait until it is stored), then move the entry to the
+    dead-letter stream and acknowledge it, atomically (the ``DEAD_LETTER`` script)."""
+    rt, opts = group.rt, group.rt.options
+    previous = DeadInfo.from_fields(entry.fields)
+    fid = previous.failure_id if previous else failure_id(group.name, entry.stream, entry.id)
+    rec = _record(group, entry, env, event, exc, fid)
+    await _store(group, rec, previous)
+    error = f"{rec.error_type}: {rec.message}"
+    info = DeadInfo(
+        group=group.name,
+        entry_id=entry.id,
+        deliveries=entry.deliveries,
+        error=error,
+        failure_id=fid,
+    )
+    args: list[str] = [group.name, entry.id, str(opts.dead_maxlen)]
+    for field, value in entry.fields.items():
+        if not field.startswith("dead_"):
+            args += (field, value)
+    for field, value in info.fields().items():
+        args += (field, value)
+    try:
+        await rt.scripts.dead_letter(keys=[entry.stream, group.dead_stream], args=args)
+    except RedisError as err:  # still pending: dead-lettered again (same row) after visibility
+        rt.log(logging.WARNING, ("dead", group.name), "could not dead-letter: %s", err)
+        return
+    group.counters.dead += 1
+    name = env.name if env else group.listener.event_name
+    event_id = env.event_id if env else ""
+    rt.log(
+        logging.ERROR,
+        ("dead", group.name),
+        "durable listener %r: event %r (%s) is dead after %d deliveries in group %r: %s; "
+        "see 'python -m eventbus failures show %s' and 'streams dead'",
+        group.listener.name,
+        name,
+        event_id,
+        entry.deliveries,
+        group.name,
+        error,
+        fid[:12],
+    )
+    rt.notify(
+        DeadLettered(
+            event_name=name,
+            event_id=event_id,
+            group=group.name,
+            deliveries=entry.deliveries,
+            error=error,
+            failure_id=fid,
+        )
+    )
+
+
+def _record(
+    group: Group,
+    entry: Entry,
+    env: Envelope | None,
+    event: Event | None,
+    exc: BaseException,
+    fid: str,
+) -> FailureRecord:
+    name = env.name if env else group.listener.event_name
+    event_id = env.event_id if env else entry.id
+    if event is not None:
+        base = FailureRecord.from_exception(
+            event=event, event_id=event_id, listener=group.listener.name, exc=exc
+        )
+    else:
+        base = FailureRecord.minimal(
+            event_name=name,
+            event_id=event_id,
+            listener=group.listener.name,
+            exc=exc,
+            attempts=entry.deliveries,
+        )
+    note = (
+        f"durable group={group.name} stream={entry.stream} entry={entry.id} "
+        f"deliveries={entry.deliveries}"
+    )
+    if env is not None:
+        note += f" seq={env.seq} occurred_at={env.occurred_at}"
+    return base.replace(
+        id=fid,
+        payload=env.payload if env else base.payload,
+        payload_ok=env is not None,
+        attempts=entry.deliveries,
+        status=FailureStatus.DEAD,
+        note=note,
+    )
+
+
+async def _store(group: Group, rec: FailureRecord, previous: DeadInfo | None) -> None:
+    """Store the row (an update when a redelivered event dies again), waiting until it is
+    written: the dead letter and the acknowledgement come after it."""
+    rt = group.rt
+    try:
+        old = await rt.failures.get(rec.id) if previous else None
+        if old is not None:
+            await rt.failures.update(
+                rec.replace(
+                    attempts=old.attempts + rec.attempts, first_failed_at=old.first_failed_at
+                )
+            )
+        else:
+            rt.record_failure(rec)
+        with anyio.move_on_after(rt.options.visibility / 2):
+            await rt.failures.flush()
+    except Exception as exc:
+        logger.error("could not store the failure row %s: %s", rec.id, safe_str(exc))
+
+
+async def _resolve(group: Group, dead: DeadInfo, env: Envelope) -> None:
+    """A redelivered dead event succeeded: its failure row becomes ``resolved``."""
+    rt = group.rt
+    try:
+        old = await rt.failures.get(dead.failure_id)
+        if old is None or old.status is FailureStatus.RESOLVED:
+            return
+        await rt.failures.update(old.replace(status=FailureStatus.RESOLVED, resolved_at=utcnow()))
+    except Exception as exc:
+        logger.warning(
+            "event %s succeeded on redelivery but its failure row %s could not be resolved: %s",
+            env.event_id,
+            dead.failure_id,
+            safe_str(exc),
+        )

@@ -1,0 +1,128 @@
+"""The envelope: how one event travels in a stream entry.
+
+Fields (all text): ``v`` (envelope version, ``1``), ``event_id``, ``name``, ``seq`` (the
+outbox row's id: listeners that must apply events in order compare it), ``occurred_at`` (ISO
+8601, UTC: the publishing transaction's time), ``payload`` (the codec's JSON), and, when set,
+``aggregate_key``, ``causation_id``, ``correlation_id`` and ``headers`` (a JSON object).
+
+Dead letters and redeliveries carry the same fields plus ``dead_*`` ones (:class:`DeadInfo`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from .._exceptions import EventBusError
+
+__all__ = ["DeadInfo", "Envelope", "EnvelopeError", "text_fields"]
+
+VERSION = "1"
+_OPTIONAL = ("aggregate_key", "causation_id", "correlation_id", "headers")
+
+
+class EnvelopeError(EventBusError, ValueError):
+    """A stream entry that is not an event envelope (written by something else, or damaged)."""
+
+    def __init__(self, entry_id: str, problem: str) -> None:
+        self.entry_id = entry_id
+        super().__init__(f"stream entry {entry_id!r} is not an event envelope: {problem}")
+
+
+def text_fields(raw: Mapping[Any, Any]) -> dict[str, str]:
+    """A stream entry's fields as text (the client returns bytes)."""
+    return {
+        (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+        for k, v in raw.items()
+    }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Envelope:
+    """One event as it is written to, and read from, a stream."""
+
+    event_id: str
+    name: str
+    payload: str
+    seq: int
+    occurred_at: str
+    aggregate_key: str | None = None
+    causation_id: str | None = None
+    correlation_id: str | None = None
+    headers: str | None = None
+
+    def fields(self) -> dict[str, str]:
+        out = {
+            "v": VERSION,
+            "event_id": self.event_id,
+            "name": self.name,
+            "seq": str(self.seq),
+            "occurred_at": self.occurred_at,
+            "payload": self.payload,
+        }
+        for key in _OPTIONAL:
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        return out
+
+    @classmethod
+    def from_fields(cls, entry_id: str, fields: Mapping[str, str]) -> Envelope:
+        """:raises EnvelopeError: naming the entry, for a missing field or another version"""
+        version = fields.get("v")
+        if version != VERSION:
+            raise EnvelopeError(entry_id, f"version {version!r}, expected {VERSION!r}")
+        try:
+            return cls(
+                event_id=fields["event_id"],
+                name=fields["name"],
+                payload=fields["payload"],
+                seq=int(fields["seq"]),
+                occurred_at=fields["occurred_at"],
+                **{k: fields.get(k) for k in _OPTIONAL},
+            )
+        except KeyError as exc:
+            raise EnvelopeError(entry_id, f"field {exc.args[0]!r} is missing") from None
+        except ValueError:
+            raise EnvelopeError(entry_id, f"seq {fields.get('seq')!r} is not an int") from None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeadInfo:
+    """Why and where an entry was dead-lettered (the ``dead_*`` fields of a dead letter).
+
+    A redelivery carries it too, so that the consumer can resolve the failure row when the
+    event finally succeeds.
+    """
+
+    group: str
+    entry_id: str  #: the id in the stream the group read it from
+    deliveries: int
+    error: str
+    failure_id: str
+
+    def fields(self) -> dict[str, str]:
+        return {
+            "dead_group": self.group,
+            "dead_entry": self.entry_id,
+            "dead_deliveries": str(self.deliveries),
+            "dead_error": self.error,
+            "dead_failure_id": self.failure_id,
+        }
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, str]) -> DeadInfo | None:
+        if "dead_group" not in fields:
+            return None
+        try:
+            deliveries = int(fields.get("dead_deliveries", "0"))
+        except ValueError:
+            deliveries = 0
+        return cls(
+            group=fields["dead_group"],
+            entry_id=fields.get("dead_entry", ""),
+            deliveries=deliveries,
+            error=fields.get("dead_error", ""),
+            failure_id=fields.get("dead_failure_id", ""),
+        )

@@ -1,0 +1,41 @@
+"""Exceptions of durable events (subclasses of :class:`eventbus.EventBusError`)."""
+
+from __future__ import annotations
+
+from .._exceptions import EventBusError
+
+__all__ = ["DeliveriesExhaustedError", "DurableNotRunningError", "NoTransactionError"]
+
+
+class NoTransactionError(EventBusError, RuntimeError):
+    """A durable publish outside an open transaction: the event would be sent whether or not
+    the caller's writes commit, so it is refused instead."""
+
+    def __init__(self, name: str, why: str) -> None:
+        self.name = name
+        super().__init__(
+            f"publish({name!r}) needs the connection of an open transaction, but it {why}; "
+            "publish inside 'async with engine.begin() as conn:' (or conn.begin()), so that "
+            "the event is sent if and only if the transaction commits"
+        )
+
+
+class DurableNotRunningError(EventBusError, RuntimeError):
+    """An operation that needs the running transport (its Redis client and tasks)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what} needs the durable transport running; enter it first")
+
+
+class DeliveriesExhaustedError(EventBusError, RuntimeError):
+    """What a dead letter records for an entry delivered more than ``max_deliveries`` times
+    without an outcome: the process handling it died or was killed each time."""
+
+    def __init__(self, group: str, deliveries: int, max_deliveries: int) -> None:
+        self.group = group
+        self.deliveries = deliveries
+        super().__init__(
+            f"delivered {deliveries} times to group {group!r} (max_deliveries={max_deliveries}) "
+            "without finishing: the consumer handling it crashed, was killed, or overran its "
+            "visibility time each time"
+        )

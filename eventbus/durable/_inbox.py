@@ -1,0 +1,79 @@
+"""The inbox's SQL: one row per (consumer group, event) a listener taking ``tx`` processed.
+
+The row is inserted first in the listener's transaction; if it is already there (a
+redelivery after a lost acknowledgement, a reclaim, a republish) nothing is inserted and the
+listener is not called. On PostgreSQL a concurrent second delivery waits on the first one's
+row until that transaction ends, then finds it: the check cannot race, unlike a select
+followed by an insert.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+__all__ = ["Inbox"]
+
+
+class Inbox:
+    """The statements of one inbox table."""
+
+    def __init__(self, table: sa.Table) -> None:
+        self.table = table
+
+    def __repr__(self) -> str:
+        return f"Inbox(table={self.table.name!r})"
+
+    async def claim(
+        self, conn: AsyncConnection, *, group: str, event_id: str, now: datetime
+    ) -> bool:
+        """Insert the row in *conn*'s transaction; ``False`` if it was already there."""
+        values = {"group_name": group, "event_id": event_id, "processed_at": now}
+        keys = ["group_name", "event_id"]
+        dialect = conn.dialect.name
+        stmt: sa.Executable
+        if dialect == "postgresql":
+            stmt = (
+                postgresql.insert(self.table)
+                .values(values)
+                .on_conflict_do_nothing(index_elements=keys)
+            )
+        elif dialect == "sqlite":
+            stmt = (
+                sqlite.insert(self.table).values(values).on_conflict_do_nothing(index_elements=keys)
+            )
+        else:  # no portable insert-or-ignore: a duplicate raises, rolling the listener back
+            stmt = sa.insert(self.table).values(values)
+        result = await conn.execute(stmt)
+        return bool(result.rowcount == 1)
+
+    async def seen(self, engine: AsyncEngine, *, group: str, event_id: str) -> bool:
+        c = self.table.c
+        stmt = sa.select(sa.literal(1)).where(c.group_name == group, c.event_id == event_id)
+        async with engine.connect() as conn:
+            return (await conn.execute(stmt)).first() is not None
+
+    async def purge(self, engine: AsyncEngine, *, before: datetime, batch: int) -> int:
+        """Delete rows processed before *before*, *batch* rows per transaction."""
+        c = self.table.c
+        total = 0
+        while True:
+            pick = (
+                sa.select(c.group_name, c.event_id)
+                .where(c.processed_at < before)
+                .limit(batch)
+                .subquery()
+            )
+            stmt = sa.delete(self.table).where(
+                sa.tuple_(c.group_name, c.event_id).in_(
+                    sa.select(pick.c.group_name, pick.c.event_id)
+                )
+            )
+            async with engine.begin() as conn:
+                n = int((await conn.execute(stmt)).rowcount)
+            total += n
+            if n < batch:
+                return total

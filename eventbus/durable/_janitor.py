@@ -1,0 +1,90 @@
+"""The janitor: keeps streams short and consumer lists clean, without losing anything.
+
+For each event stream this process consumes (one process per stream and round, by a
+``SET NX PX`` turn key), every ``janitor_interval``:
+
+* trim the stream below the oldest entry any of its groups still needs (the ``TRIM``
+  script: the smallest pending id, or the entry after the last one delivered), and never an
+  entry younger than ``trim_keep``. Acknowledging never deletes (``XDEL`` on ack would take
+  the entry from every other group too); the ``MAXLEN`` cap on ``XADD`` is only a backstop.
+  A stream with no group at all is left alone: a service not deployed yet will want it.
+* delete consumers idle for ``consumer_idle`` that own no pending entry (a consumer with
+  pending entries is never deleted: they would become unclaimable).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import anyio
+from redis.exceptions import RedisError
+
+from .._failures import safe_str
+from ._group import Group
+from ._runtime import Runtime, logger
+from ._stats import JanitorStatistics
+
+__all__ = ["Janitor"]
+
+
+class Janitor:
+    """Trims the streams of *groups* and drops their idle consumers (see module docstring)."""
+
+    def __init__(self, rt: Runtime, groups: Sequence[Group]) -> None:
+        self.rt = rt
+        self.groups = list(groups)
+        self.trimmed = 0
+        self.consumers_deleted = 0
+
+    def statistics(self) -> JanitorStatistics:
+        return JanitorStatistics(trimmed=self.trimmed, consumers_deleted=self.consumers_deleted)
+
+    async def run(self) -> None:
+        while True:
+            await anyio.sleep(self.rt.options.janitor_interval)
+            try:
+                await self.sweep()
+            except RedisError as exc:
+                self.rt.log(logging.WARNING, "janitor", "janitor: %s", safe_str(exc))
+
+    async def sweep(self, *, force: bool = False) -> int:
+        """One round over every stream; return the entries trimmed.
+
+        :param force: skip the turn key (tests, and the CLI)
+        """
+        rt, opts = self.rt, self.rt.options
+        trimmed = 0
+        names = sorted({g.listener.event_name for g in self.groups})
+        turn_ms = max(1, int(opts.janitor_interval * 900))
+        for name in names:
+            if not force and not await rt.client.set(
+                rt.keys.janitor(name), rt.consumer, nx=True, px=turn_ms
+            ):
+                continue  # another process has this round
+            streams = [rt.keys.stream(name)]
+            streams += [g.restream for g in self.groups if g.listener.event_name == name]
+            for stream in streams:
+                trimmed += await self.trim(stream)
+                dropped = await rt.scripts.drop_idle(
+                    keys=[stream], args=[int(opts.consumer_idle * 1000), rt.consumer]
+                )
+                if dropped:
+                    self.consumers_deleted += len(dropped)
+                    logger.info(
+                        "janitor: deleted %d idle consumers with nothing pending from %r: %s",
+                        len(dropped),
+                        stream,
+                        ", ".join(d.decode() if isinstance(d, bytes) else d for d in dropped),
+                    )
+        self.trimmed += trimmed
+        return trimmed
+
+    async def trim(self, stream: str) -> int:
+        """Trim one stream below what its groups still need; return the entries removed."""
+        reply = await self.rt.scripts.trim(
+            keys=[stream], args=[int(self.rt.options.trim_keep * 1000)]
+        )
+        if not reply:
+            return 0
+        return int(reply[1])

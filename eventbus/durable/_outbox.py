@@ -1,0 +1,334 @@
+"""The outbox's SQL: write rows in the publisher's transaction, claim them with a lease,
+mark them published, give them back, purge and republish them.
+
+Every statement here is short: the relay never holds a transaction open while it talks to
+Redis. A claim is one ``UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING``
+(PostgreSQL skips rows another relay is claiming; SQLite, which has no row locks, runs one
+writer at a time, so the statement is atomic there too). Marking requires the claim's token:
+a relay whose lease expired, and whose rows another relay claimed, updates nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+
+from .._codec import encode_payload
+from .._events import Event
+from .._exceptions import PayloadError
+from ._envelope import Envelope
+from ._exceptions import NoTransactionError
+
+__all__ = ["Backlog", "ClaimedRow", "Outbox", "wake_after_commit"]
+
+_WAKE = "eventbus.durable.wake"  # key in a connection's info: wakers to call after commit
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClaimedRow:
+    """One outbox row a relay claimed, as much as it needs to publish it."""
+
+    id: int
+    event_id: str
+    name: str
+    payload: str
+    headers: str | None
+    aggregate_key: str | None
+    causation_id: str | None
+    correlation_id: str | None
+    created_at: datetime
+
+    def envelope(self) -> Envelope:
+        return Envelope(
+            event_id=self.event_id,
+            name=self.name,
+            payload=self.payload,
+            seq=self.id,
+            occurred_at=self.created_at.isoformat(),
+            aggregate_key=self.aggregate_key,
+            causation_id=self.causation_id,
+            correlation_id=self.correlation_id,
+            headers=self.headers,
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Backlog:
+    """Unpublished rows: how many, and when the oldest was written (``None``: none)."""
+
+    count: int
+    oldest_at: datetime | None
+
+    def oldest_age(self, now: datetime) -> float | None:
+        return None if self.oldest_at is None else max(0.0, (now - self.oldest_at).total_seconds())
+
+
+class Outbox:
+    """The statements of one outbox table (see the module docstring)."""
+
+    def __init__(self, table: sa.Table) -> None:
+        self.table = table
+        c = table.c
+        self._returned = (
+            c.id,
+            c.event_id,
+            c.name,
+            c.payload,
+            c.headers,
+            c.aggregate_key,
+            c.causation_id,
+            c.correlation_id,
+            c.created_at,
+        )
+
+    def __repr__(self) -> str:
+        return f"Outbox(table={self.table.name!r})"
+
+    # -- the publisher's side --------------------------------------------------------------------
+
+    async def write(
+        self,
+        conn: AsyncConnection | AsyncSession,
+        events: Sequence[Event],
+        *,
+        now: datetime,
+        aggregate_key: str | None = None,
+        causation_id: str | None = None,
+        correlation_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        wake: Callable[[], None] | None = None,
+    ) -> list[str]:
+        """Insert one row per event in the caller's open transaction; return the event ids.
+
+        :param wake: called once the transaction has ended (committed: the relay finds the
+            rows; rolled back: it finds nothing), from SQLAlchemy's own hooks
+        :raises NoTransactionError: if *conn* has no open transaction, or is in autocommit
+        :raises PayloadError: if an event's payload cannot be encoded as JSON
+        """
+        if isinstance(conn, AsyncSession):
+            conn = await conn.connection()
+        _require_transaction(conn, events)
+        header_text = json.dumps(dict(headers), sort_keys=True) if headers else None
+        rows: list[dict[str, Any]] = []
+        for event in events:
+            payload, ok = encode_payload(event)
+            if not ok:
+                raise PayloadError(
+                    event.__event_name__,
+                    "payload cannot be encoded as JSON for the outbox; durable events need "
+                    "fields the codec supports (see eventbus.encode_payload)",
+                )
+            rows.append(
+                {
+                    "event_id": uuid.uuid4().hex,
+                    "name": event.__event_name__,
+                    "aggregate_key": aggregate_key,
+                    "payload": payload,
+                    "headers": header_text,
+                    "causation_id": causation_id,
+                    "correlation_id": correlation_id,
+                    "created_at": now,
+                    "available_at": now,
+                    "attempts": 0,
+                }
+            )
+        if rows:
+            await conn.execute(sa.insert(self.table), rows)
+            if wake is not None:
+                wake_after_commit(conn, wake)
+        return [r["event_id"] for r in rows]
+
+    # -- the relay's side ------------------------------------------------------------------------
+
+    async def claim(
+        self, engine: AsyncEngine, *, token: str, limit: int, lease: float, now: datetime
+    ) -> list[ClaimedRow]:
+        """Lease up to *limit* publishable rows to *token*, oldest first."""
+        t = self.table
+        c = t.c
+        pick = (
+            sa.select(c.id)
+            .where(
+                c.published_at.is_(None),
+                c.available_at <= now,
+                sa.or_(c.lease_until.is_(None), c.lease_until < now),
+            )
+            .order_by(c.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        stmt = (
+            sa.update(t)
+            .where(c.id.in_(pick.scalar_subquery()))
+            .values(
+                lease_owner=token,
+                lease_until=now + timedelta(seconds=lease),
+                attempts=c.attempts + 1,
+            )
+            .returning(*self._returned)
+        )
+        async with engine.begin() as conn:
+            rows = (await conn.execute(stmt)).all()
+        claimed = [ClaimedRow(*row) for row in rows]
+        claimed.sort(key=lambda r: r.id)  # RETURNING promises no order
+        return claimed
+
+    async def mark(
+        self,
+        engine: AsyncEngine,
+        *,
+        token: str,
+        stream_ids: Mapping[int, str],
+        now: datetime,
+    ) -> int:
+        """Mark rows published where *token* still holds their lease; return how many."""
+        if not stream_ids:
+            return 0
+        c = self.table.c
+        stmt = (
+            sa.update(self.table)
+            .where(c.id.in_(list(stream_ids)), c.lease_owner == token)
+            .values(
+                published_at=now,
+                stream_id=sa.case(dict(stream_ids), value=c.id),
+                lease_owner=None,
+                lease_until=None,
+                last_error=None,
+            )
+        )
+        async with engine.begin() as conn:
+            result = await conn.execute(stmt)
+        return int(result.rowcount)
+
+    async def release(
+        self,
+        engine: AsyncEngine,
+        *,
+        token: str,
+        ids: Iterable[int],
+        error: str,
+        retry_at: datetime,
+    ) -> None:
+        """Give claimed rows back after a failed publish: any relay may retry at *retry_at*."""
+        c = self.table.c
+        stmt = (
+            sa.update(self.table)
+            .where(c.id.in_(list(ids)), c.lease_owner == token)
+            .values(lease_owner=None, lease_until=retry_at, last_error=error[:2000])
+        )
+        async with engine.begin() as conn:
+            await conn.execute(stmt)
+
+    async def purge(self, engine: AsyncEngine, *, before: datetime, batch: int) -> int:
+        """Delete published rows older than *before*, *batch* rows per transaction."""
+        c = self.table.c
+        total = 0
+        while True:
+            pick = (
+                sa.select(c.id)
+                .where(c.published_at < before)
+                .order_by(c.id)
+                .limit(batch)
+                .scalar_subquery()
+            )
+            async with engine.begin() as conn:
+                n = int((await conn.execute(sa.delete(self.table).where(c.id.in_(pick)))).rowcount)
+            total += n
+            if n < batch:
+                return total
+
+    async def republish(
+        self,
+        engine: AsyncEngine,
+        *,
+        since: datetime,
+        names: Sequence[str] | None,
+        now: datetime,
+    ) -> list[tuple[str, str]]:
+        """Make rows published at or after *since* unpublished again; return (name, event id)
+        of each, so that the caller can clear their publish keys."""
+        c = self.table.c
+        stmt = (
+            sa.update(self.table)
+            .where(c.published_at >= since)
+            .values(
+                published_at=None,
+                stream_id=None,
+                lease_owner=None,
+                lease_until=None,
+                available_at=now,
+            )
+            .returning(c.name, c.event_id)
+        )
+        if names:
+            stmt = stmt.where(c.name.in_(list(names)))
+        async with engine.begin() as conn:
+            return [(row[0], row[1]) for row in (await conn.execute(stmt)).all()]
+
+    async def backlog(self, engine: AsyncEngine) -> Backlog:
+        c = self.table.c
+        stmt = sa.select(sa.func.count(), sa.func.min(c.created_at)).where(c.published_at.is_(None))
+        async with engine.connect() as conn:
+            count, oldest = (await conn.execute(stmt)).one()
+        return Backlog(int(count), oldest)
+
+
+def _require_transaction(conn: AsyncConnection, events: Sequence[Event]) -> None:
+    name = events[0].__event_name__ if events else "?"
+    sync = conn.sync_connection
+    autocommit = sync is not None and getattr(sync, "_is_autocommit_isolation", lambda: False)()
+    if autocommit or not conn.in_transaction():
+        why = "is in autocommit mode" if autocommit else "has no open transaction"
+        raise NoTransactionError(name, why)
+
+
+# -- waking the relay after commit ---------------------------------------------------------------
+
+_hooked: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def wake_after_commit(conn: AsyncConnection, wake: Callable[[], None]) -> None:
+    """Call *wake* once the current transaction of *conn* has ended.
+
+    SQLAlchemy's ``commit`` hook runs *before* the database commits, when a relay woken by it
+    could still miss the row. So the wake is left on the connection and called by the next
+    thing that can only happen after the commit: the connection starting another transaction,
+    or going back to the pool (the end of ``async with engine.begin()``). Either also follows
+    a rollback, which wakes the relay for nothing: harmless.
+    """
+    sync = conn.sync_connection
+    if sync is None:
+        return
+    engine = sync.engine
+    if engine not in _hooked:
+        sa.event.listen(engine, "begin", _on_begin)
+        sa.event.listen(engine, "checkin", _on_checkin)
+        _hooked.add(engine)
+    wakers: set[Callable[[], None]] = sync.info.setdefault(_WAKE, set())
+    wakers.add(wake)
+
+
+def _on_begin(conn: sa.Connection) -> None:
+    _call(conn.info.pop(_WAKE, None))
+
+
+def _on_checkin(_dbapi_conn: object, record: Any) -> None:
+    if record is not None:
+        _call(record.info.pop(_WAKE, None))
+
+
+def _call(wakers: set[Callable[[], None]] | None) -> None:
+    for wake in wakers or ():
+        try:
+            wake()
+        except Exception:  # a relay that is gone; the poll covers the rest
+            pass

@@ -1,0 +1,71 @@
+"""What the relay, the consumers and the janitor of one transport share."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from .._events import Event, EventRegistry
+from .._failures import FailureRecord
+from .._log_limit import LogLimiter
+from ..abc import FailureStore
+from ._inbox import Inbox
+from ._keys import StreamKeys
+from ._options import DurableOptions
+from ._outbox import Outbox
+from ._scripts import Scripts
+
+__all__ = ["Fault", "Runtime", "logger", "utcnow"]
+
+logger = logging.getLogger("eventbus.durable")
+
+#: A test's hook at a named point of the relay or a consumer (fault injection); awaited there.
+Fault = Callable[[str], Awaitable[None]]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+async def _no_fault(_point: str) -> None:
+    return None
+
+
+@dataclasses.dataclass(eq=False)
+class Runtime:
+    """The parts of one running transport; built by :class:`~eventbus.durable.RedisStreams`."""
+
+    options: DurableOptions
+    client: Redis
+    engine: AsyncEngine
+    keys: StreamKeys
+    outbox: Outbox
+    inbox: Inbox
+    registry: EventRegistry
+    service: str
+    consumer: str
+    failures: FailureStore
+    #: logs and stores a failure record (the bus's failure sink once attached)
+    record_failure: Callable[[FailureRecord], None]
+    #: emits a lifecycle event (the bus's ``emit`` once attached); never raises
+    notify: Callable[[Event], None]
+    fault: Fault = _no_fault
+    scripts: Scripts = dataclasses.field(init=False)
+    limiter: LogLimiter = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.scripts = Scripts(self.client)
+        self.limiter = LogLimiter(logger, level=logging.WARNING, burst=5, interval=60.0)
+
+    def log(self, level: int, key: str | tuple[object, ...], msg: str, *args: object) -> None:
+        """Log at *level*, a few lines per *key* and minute; a storm becomes one summary line
+        per key, which names the key's parts ("failed billing:grant ValueError")."""
+        parts = key if isinstance(key, tuple) else (key,)
+        what = " ".join(getattr(p, "__name__", None) or str(p) for p in parts)
+        if self.limiter.allow((level, *parts), f"{logging.getLevelName(level)} {what}"):
+            logger.log(level, msg, *args)

@@ -1,0 +1,172 @@
+"""The Lua scripts of durable events: each one step that must not be split by a crash.
+
+Every script touches only keys of one event name (one hash tag), so it runs on Redis Cluster.
+Redis 7.0 commands only: no XADD ``IDMP`` (8.6), no ``ACKED`` trimming (8.2), no XREADGROUP
+``CLAIM`` (8.4).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+    from redis.commands.core import AsyncScript
+
+__all__ = ["Scripts"]
+
+#: Add an event once. KEYS: stream, publish key. ARGV: publish key TTL (ms), MAXLEN cap (0:
+#: none), then field/value pairs. Returns {added (1/0), stream id, cap reached (1/0)}: when the
+#: publish key exists, the event was added before (by a relay that crashed or stalled before it
+#: marked the row) and the id it got is returned instead of adding it again.
+PUBLISH = """
+local prev = redis.call('GET', KEYS[2])
+if prev then return {0, prev, 0} end
+local capped = 0
+local id
+local cap = tonumber(ARGV[2])
+if cap > 0 then
+    if redis.call('XLEN', KEYS[1]) >= cap then capped = 1 end
+    id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', cap, '*', unpack(ARGV, 3))
+else
+    id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))
+end
+redis.call('SET', KEYS[2], id, 'NX', 'PX', ARGV[1])
+return {1, id, capped}
+"""
+
+#: Set the idle time of entries this consumer still owns (``XCLAIM ... IDLE n JUSTID``: the
+#: delivery counter is left alone). IDLE 0 renews a lease; IDLE visibility-delay schedules a
+#: retry after delay. KEYS: stream. ARGV: group, consumer, idle ms, ids. Returns the ids that
+#: were still ours; the others were reclaimed by another consumer (or acknowledged).
+RENEW = """
+local kept = {}
+for i = 4, #ARGV do
+    local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+    if p[1] and p[1][2] == ARGV[2] then
+        redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'IDLE', ARGV[3], 'JUSTID')
+        kept[#kept + 1] = ARGV[i]
+    end
+end
+return kept
+"""
+
+#: One XAUTOCLAIM step plus each claimed entry's delivery count. KEYS: stream. ARGV: group,
+#: consumer, min idle ms, cursor, count. Returns {next cursor, entries, deleted ids, counts}.
+#: Deleted ids were in the group's pending list but are gone from the stream (trimmed or
+#: deleted): Redis 7 drops them from the pending list and reports them here.
+RECLAIM = """
+local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'COUNT', ARGV[5])
+local counts = {}
+for i, e in ipairs(r[2]) do
+    local p = redis.call('XPENDING', KEYS[1], ARGV[1], e[1], e[1], 1)
+    if p[1] then counts[i] = p[1][4] else counts[i] = 0 end
+end
+return {r[1], r[2], r[3] or {}, counts}
+"""
+
+#: Move an entry to the dead-letter stream: acknowledge it, and only if that acknowledged
+#: something, add the dead letter (so a retried call adds nothing twice). KEYS: stream read
+#: from, dead-letter stream. ARGV: group, entry id, dead-letter MAXLEN cap, field/value pairs.
+#: Returns the dead letter's id, or false if the entry was no longer pending.
+DEAD_LETTER = """
+if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then return false end
+return redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 4))
+"""
+
+#: Hand entries back to one group: copy each from the source stream (a dead-letter stream) to
+#: the group's redelivery stream, with extra fields, and delete it from the source. KEYS:
+#: source, redelivery stream. ARGV: group, extra field count n, n field/value pairs, then ids.
+#: Returns the new ids (false for an id no longer in the source).
+REDELIVER = """
+local n = tonumber(ARGV[2])
+redis.pcall('XGROUP', 'CREATE', KEYS[2], ARGV[1], '0', 'MKSTREAM')
+local out = {}
+for i = 3 + 2 * n, #ARGV do
+    local e = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])
+    if #e == 0 then
+        out[#out + 1] = false
+    else
+        local f = e[1][2]
+        for j = 3, 2 + 2 * n do f[#f + 1] = ARGV[j] end
+        out[#out + 1] = redis.call('XADD', KEYS[2], '*', unpack(f))
+        redis.call('XDEL', KEYS[1], ARGV[i])
+    end
+end
+return out
+"""
+
+#: Trim a stream below the oldest entry any of its groups still needs: the smallest pending
+#: id, or the entry after the last one delivered, whichever is older; never an entry younger
+#: than ARGV[1] ms. A stream without groups is left alone (a service not deployed yet will
+#: want its events). KEYS: stream. ARGV: keep ms. Returns {min id kept, entries trimmed}, or
+#: false when there was nothing to decide on.
+TRIM = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
+if #groups == 0 then return false end
+local function parse(id)
+    local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+    return tonumber(ms), tonumber(seq)
+end
+local best_ms, best_seq = nil, nil
+local function consider(ms, seq)
+    if best_ms == nil or ms < best_ms or (ms == best_ms and seq < best_seq) then
+        best_ms, best_seq = ms, seq
+    end
+end
+for _, g in ipairs(groups) do
+    local info = {}
+    for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
+    local ms, seq = parse(info['last-delivered-id'])
+    consider(ms, seq + 1)
+    if tonumber(info['pending']) > 0 then
+        local s = redis.call('XPENDING', KEYS[1], info['name'])
+        consider(parse(s[2]))
+    end
+end
+local keep = tonumber(ARGV[1])
+if keep > 0 then
+    local t = redis.call('TIME')
+    local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    consider(now_ms - keep, 0)
+end
+local min_id = string.format('%.0f-%.0f', best_ms, best_seq)
+local trimmed = redis.call('XTRIM', KEYS[1], 'MINID', '~', min_id)
+return {min_id, trimmed}
+"""
+
+#: Delete the consumers of every group of a stream that are idle and own no pending entry;
+#: never one with pending entries (they would become unclaimable). KEYS: stream. ARGV: min
+#: idle ms, a consumer to keep (this process). Returns the deleted names as "group/consumer".
+DROP_IDLE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
+local out = {}
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+    local group
+    for i = 1, #g, 2 do if g[i] == 'name' then group = g[i + 1] end end
+    for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], group)) do
+        local info = {}
+        for i = 1, #c, 2 do info[c[i]] = c[i + 1] end
+        local idle = info['idle'] >= tonumber(ARGV[1])
+        if info['pending'] == 0 and idle and info['name'] ~= ARGV[2] then
+            redis.call('XGROUP', 'DELCONSUMER', KEYS[1], group, info['name'])
+            out[#out + 1] = group .. '/' .. info['name']
+        end
+    end
+end
+return out
+"""
+
+
+class Scripts:
+    """The scripts registered on one client (``EVALSHA``, loaded again after a restart)."""
+
+    def __init__(self, client: Redis) -> None:
+        self.publish: AsyncScript = client.register_script(PUBLISH)
+        self.renew: AsyncScript = client.register_script(RENEW)
+        self.reclaim: AsyncScript = client.register_script(RECLAIM)
+        self.dead_letter: AsyncScript = client.register_script(DEAD_LETTER)
+        self.redeliver: AsyncScript = client.register_script(REDELIVER)
+        self.trim: AsyncScript = client.register_script(TRIM)
+        self.drop_idle: AsyncScript = client.register_script(DROP_IDLE)

@@ -1,0 +1,493 @@
+"""``RedisStreams``: durable events across processes, from a transactional outbox through
+Redis Streams to one consumer group per listener.
+
+Publishing writes an outbox row in the caller's transaction; the relay of any process adds
+committed rows to the event's stream; each durable listener is a consumer group of its
+service (``service:listener``), whose consumers in every replica share the events. See the
+README's "Durable events" for the guarantees and the failure modes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+
+from .._events import Event, EventRegistry, default_registry
+from .._exceptions import DuplicateListenerError, UnknownEventError
+from .._failures import FailureRecord, FailureStatus
+from ..abc import FailureStore
+from ..backends.memory import MemoryFailureStore
+from ..backends.redis import check_redis_server, make_redis_client
+from ..backends.sql import make_engine, redact_url
+from ._consumer import Consumer
+from ._delivery import parse_note
+from ._envelope import DeadInfo, Envelope
+from ._events import DurableStarted, DurableStopped, register_durable_events
+from ._group import Group
+from ._inbox import Inbox
+from ._janitor import Janitor
+from ._keys import StreamKeys, consumer_name, validate_part
+from ._listener import DurableListener, Start, make_listener
+from ._options import DurableOptions
+from ._outbox import Outbox
+from ._relay import Relay
+from ._runtime import Fault, Runtime, logger, utcnow
+from ._stats import DurableStatistics, RelayCounters
+from ._status import StreamStatus, dead_letters, discover_events, stream_status
+from ._tables import create_durable_tables, inbox, inbox_table, outbox, outbox_table
+
+__all__ = ["RedisStreams"]
+
+
+class RedisStreams:
+    """The durable transport of one service (see the module docstring).
+
+    Ownership: a Redis client or engine given as an object is the caller's and is never
+    closed; one built from a URL is closed by :meth:`aclose`. Concurrency: asyncio only
+    (redis-py's and SQLAlchemy's async APIs).
+
+    :param redis: a client (ideally :func:`eventbus.backends.redis.make_redis_client`) or URL
+    :param engine: the application's database (the outbox and inbox live next to its tables),
+        as an ``AsyncEngine``, a URL or a SQLite path
+    :param service: this service's name: each durable listener's group is ``service:name``
+    :param registry: where envelopes' event names are looked up (default: the default one)
+    :param failures: where dead deliveries are recorded (the bus's store once attached)
+    :param options: tunables (:class:`DurableOptions`)
+    :param prefix: the Redis key prefix (several applications can share one Redis)
+    :param consumer: this process's consumer name (default: ``host-pid-random``); give a
+        stable one (a pod name) to have a restarted process take its own pending entries first
+    :param outbox_name: the outbox table's name
+    :param inbox_name: the inbox table's name
+    :param create_tables: create the outbox and inbox at start if missing
+    :param check_server: refuse an evicting Redis at start (see ``check_redis_server``)
+    """
+
+    def __init__(
+        self,
+        redis: Redis | str,
+        engine: AsyncEngine | str | os.PathLike[str],
+        *,
+        service: str,
+        registry: EventRegistry | None = None,
+        failures: FailureStore | None = None,
+        options: DurableOptions | None = None,
+        prefix: str = "eventbus",
+        consumer: str | None = None,
+        outbox_name: str = "eventbus_outbox",
+        inbox_name: str = "eventbus_inbox",
+        create_tables: bool = True,
+        check_server: bool = True,
+        _fault: Fault | None = None,
+    ) -> None:
+        self.service = validate_part("service", service)
+        self.options = options if options is not None else DurableOptions()
+        self.registry = registry if registry is not None else default_registry
+        self.keys = StreamKeys(prefix)
+        if isinstance(redis, str):
+            # Blocking reads hold a connection each: one per group, plus headroom.
+            self.client = make_redis_client(
+                redis, socket_timeout=self.options.block + 5.0, max_connections=64
+            )
+            self._owns_client = True
+        else:
+            self.client, self._owns_client = redis, False
+        if isinstance(engine, AsyncEngine):
+            self.engine, self._owns_engine = engine, False
+        else:
+            self.engine, self._owns_engine = make_engine(engine), True
+        self.outbox_table = outbox if outbox_name == outbox.name else outbox_table(outbox_name)
+        self.inbox_table = inbox if inbox_name == inbox.name else inbox_table(inbox_name)
+        self.create_tables = create_tables
+        self.check_server = check_server
+        self.failures: FailureStore = failures if failures is not None else MemoryFailureStore()
+        self.notify: Callable[[Event], None] = _no_notify
+        self.rt = Runtime(
+            options=self.options,
+            client=self.client,
+            engine=self.engine,
+            keys=self.keys,
+            outbox=Outbox(self.outbox_table),
+            inbox=Inbox(self.inbox_table),
+            registry=self.registry,
+            service=self.service,
+            consumer=validate_part("consumer", consumer) if consumer else consumer_name(),
+            failures=self.failures,
+            record_failure=self._record_failure,
+            notify=self._notify,
+            **({"fault": _fault} if _fault is not None else {}),
+        )
+        self.relay = Relay(self.rt) if self.options.relay else None
+        self._listeners: dict[str, DurableListener] = {}
+        self._consumers: list[Consumer] = []
+        self._janitor = Janitor(self.rt, [])
+        self._running = False
+        self._tg: TaskGroup | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._stopped = anyio.Event()
+        self._stack: AsyncExitStack | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"RedisStreams(service={self.service!r}, consumer={self.rt.consumer!r}, "
+            f"prefix={self.keys.prefix!r}, db={redact_url(self.engine.url)!r}, "
+            f"listeners={len(self._listeners)}, running={self._running})"
+        )
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    @property
+    def consumer(self) -> str:
+        return self.rt.consumer
+
+    def listeners(self) -> list[DurableListener]:
+        return list(self._listeners.values())
+
+    # -- subscribing and publishing --------------------------------------------------------------
+
+    def subscribe(
+        self,
+        event_type: type[Event],
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        start: Start = "first",
+    ) -> DurableListener:
+        """Add a durable listener: its own consumer group ``service:name`` on the event's stream.
+
+        Call before the transport starts (a listener added while it runs starts reading at
+        once). See :func:`~eventbus.durable._listener.make_listener` for the checks.
+
+        :raises DuplicateListenerError: if a durable listener of that name exists
+        """
+        listener = make_listener(self.service, event_type, fn, name=name, start=start)
+        if listener.event_type not in self.registry:
+            raise UnknownEventError(
+                listener.event_name, "declare it in the registry the transport decodes with"
+            )
+        if listener.name in self._listeners:
+            raise DuplicateListenerError(listener.name)
+        self._listeners[listener.name] = listener
+        if self._running:
+            assert self._tg is not None
+            self._tg.start_soon(self._start_consumer, listener)
+        return listener
+
+    async def publish(
+        self,
+        event: Event,
+        conn: AsyncConnection | AsyncSession,
+        *,
+        aggregate_key: str | None = None,
+        causation_id: str | None = None,
+        correlation_id: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> str:
+        """Write *event* to the outbox in *conn*'s open transaction; return its event id.
+
+        Committed, it is delivered at least once to every durable listener group of every
+        service; rolled back, never. The local relay is woken when the transaction ends.
+
+        :raises NoTransactionError: if *conn* has no open transaction (or is autocommit)
+        :raises UnknownEventError: if the event's type is not in the transport's registry
+        :raises PayloadError: if the payload cannot be encoded as JSON
+        """
+        [event_id] = await self.publish_many(
+            [event],
+            conn,
+            aggregate_key=aggregate_key,
+            causation_id=causation_id,
+            correlation_id=correlation_id,
+            headers=headers,
+        )
+        return event_id
+
+    async def publish_many(
+        self,
+        events: Sequence[Event],
+        conn: AsyncConnection | AsyncSession,
+        *,
+        aggregate_key: str | None = None,
+        causation_id: str | None = None,
+        correlation_id: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> list[str]:
+        """:meth:`publish` for several events, in one insert."""
+        for event in events:
+            if type(event) not in self.registry:
+                raise UnknownEventError(
+                    getattr(event, "__event_name__", repr(event)),
+                    "declare it in the registry the transport decodes with",
+                )
+        return await self.rt.outbox.write(
+            conn,
+            events,
+            now=utcnow(),
+            aggregate_key=aggregate_key,
+            causation_id=causation_id,
+            correlation_id=correlation_id,
+            headers=headers,
+            wake=self.relay.wake if self.relay is not None else None,
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self, task_group: TaskGroup) -> None:
+        """Check Redis, create the tables, then run the relay, the consumers and the janitor
+        in *task_group* until :meth:`aclose`.
+
+        :raises UnsafeRedisError: for an evicting ``maxmemory-policy`` (see the README)
+        :raises RuntimeError: if not on asyncio, or already started
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "RedisStreams needs asyncio (redis-py and SQLAlchemy async)"
+            ) from None
+        if self._running:
+            raise RuntimeError(f"{self!r} is already started")
+        if self.check_server:
+            await check_redis_server(self.client, purpose="durable events")
+        if self.create_tables:
+            await create_durable_tables(self.engine, tables=(self.outbox_table, self.inbox_table))
+        register_durable_events(self.registry)
+        self._stopped = anyio.Event()
+        await task_group.start(self._run)
+        self._running = True
+        self.rt.notify(
+            DurableStarted(
+                service=self.service,
+                consumer=self.rt.consumer,
+                groups=tuple(sorted(lst.group for lst in self._listeners.values())),
+            )
+        )
+
+    async def _run(self, *, task_status: TaskStatus[None]) -> None:
+        try:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                async with anyio.create_task_group() as tg:
+                    self._tg = tg
+                    for listener in self._listeners.values():
+                        await self._start_consumer(listener)
+                    if self.relay is not None:
+                        tg.start_soon(self.relay.run)
+                    tg.start_soon(self._janitor.run)
+                    task_status.started()
+        finally:
+            self._stopped.set()
+
+    async def _start_consumer(self, listener: DurableListener) -> None:
+        assert self._tg is not None
+        group = Group(self.rt, listener)
+        consumer = Consumer(group)
+        await consumer.prepare()
+        self._consumers.append(consumer)
+        self._janitor.groups.append(group)
+        await self._tg.start(consumer.run)
+
+    async def aclose(self) -> None:
+        """Stop: no more reads; calls in flight get ``shutdown_grace``, then are cancelled
+        without acknowledgement; the relay finishes its batch and publishes what this process
+        committed (within the same grace); then owned clients are closed."""
+        with anyio.CancelScope(shield=True):
+            if self._running:
+                self._running = False
+                grace = self.options.shutdown_grace
+                unfinished = 0
+
+                async def stop(consumer: Consumer) -> None:
+                    nonlocal unfinished
+                    unfinished += await consumer.stop(grace)
+
+                async with anyio.create_task_group() as tg:
+                    for consumer in self._consumers:
+                        tg.start_soon(stop, consumer)
+                if self.relay is not None:
+                    with anyio.move_on_after(grace):
+                        await self.relay.stop()
+                assert self._scope is not None
+                self._scope.cancel()
+                await self._stopped.wait()
+                self.rt.limiter.summarize()
+                self.rt.notify(
+                    DurableStopped(
+                        service=self.service, consumer=self.rt.consumer, unfinished=unfinished
+                    )
+                )
+                self._consumers.clear()
+                self._janitor.groups.clear()
+            if self._owns_client:
+                await self.client.aclose()
+            if self._owns_engine:
+                await self.engine.dispose()
+
+    async def __aenter__(self) -> Self:
+        """Start in a task group of its own (without a bus)."""
+        stack = AsyncExitStack()
+        tg = await stack.enter_async_context(anyio.create_task_group())
+        try:
+            await self.start(tg)
+        except BaseException:
+            tg.cancel_scope.cancel()
+            await stack.aclose()
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self.aclose()
+        finally:
+            if self._stack is not None:
+                stack, self._stack = self._stack, None
+                await stack.aclose()
+
+    # -- operations ------------------------------------------------------------------------------
+
+    def statistics(self) -> DurableStatistics:
+        groups = tuple(c.group.statistics() for c in self._consumers)
+        return DurableStatistics(
+            service=self.service,
+            consumer=self.rt.consumer,
+            running=self._running,
+            relay=(self.relay.counters if self.relay else RelayCounters()).snapshot(),
+            janitor=self._janitor.statistics(),
+            groups=groups,
+        )
+
+    async def status(self, events: Sequence[str] | None = None) -> list[StreamStatus]:
+        """Length, groups (pending, lag) and dead letters of each event's stream (default:
+        every stream under the prefix)."""
+        names = (
+            list(events) if events is not None else await discover_events(self.client, self.keys)
+        )
+        return [await stream_status(self.client, self.keys, n) for n in names]
+
+    async def sweep(self) -> int:
+        """Run the janitor once now, whoever's turn it is; return the entries trimmed."""
+        return await self._janitor.sweep(force=True)
+
+    async def republish(self, *, since: datetime, events: Sequence[str] | None = None) -> int:
+        """Publish again every retained outbox row published at or after *since* (after Redis
+        lost data: a restart without persistence, a failover, a flush). Listeners taking
+        ``tx`` skip what they processed already; others may see an event twice.
+
+        :return: how many rows were made unpublished (the relays publish them)
+        """
+        rows = await self.rt.outbox.republish(self.engine, since=since, names=events, now=utcnow())
+        for start in range(0, len(rows), 500):
+            chunk = rows[start : start + 500]
+            await self.client.delete(*(self.keys.published(n, e) for n, e in chunk))
+        if self.relay is not None:
+            self.relay.wake()
+        logger.warning(
+            "republish: %d outbox rows since %s will be published again", len(rows), since
+        )
+        return len(rows)
+
+    async def replay(
+        self, event: str, *, group: str | None = None, ids: Sequence[str] | None = None
+    ) -> list[str]:
+        """Hand dead letters of *event* back to the group that gave up on them (each to its
+        own group's redelivery stream only); return the new entry ids.
+
+        :param group: only dead letters of this group
+        :param ids: only these dead-letter ids (default: all that match)
+        """
+        letters = await dead_letters(self.client, self.keys, event, group=group, limit=None)
+        if ids is not None:
+            wanted = set(ids)
+            letters = [d for d in letters if d.dead_id in wanted]
+        out: list[str] = []
+        by_group: dict[str, list[str]] = {}
+        for letter in letters:
+            by_group.setdefault(letter.group, []).append(letter.dead_id)
+        for gname, dead_ids in by_group.items():
+            reply = await self.rt.scripts.redeliver(
+                keys=[self.keys.dead(event), self.keys.redeliver(event, gname)],
+                args=[gname, 0, *dead_ids],
+            )
+            out += [_text(r) for r in reply if r]
+        return out
+
+    async def redeliver(self, failure: FailureRecord) -> str:
+        """Hand one dead durable failure back to its group alone (``failures retry``): the
+        event goes to the group's redelivery stream with a fresh delivery count; the row is
+        ``pending`` until a consumer of the group succeeds (``resolved``) or it dies again.
+
+        :raises ValueError: if *failure* is not a dead durable failure
+        """
+        info = parse_note(failure.note)
+        if failure.status is not FailureStatus.DEAD or info is None or "group" not in info:
+            raise ValueError(
+                f"failure {failure.id!r} is not a dead durable failure (status "
+                f"{failure.status.value!r}); in-process failures are retried by retry_failures()"
+            )
+        group = info["group"]
+        env = Envelope(
+            event_id=failure.event_id,
+            name=failure.event_name,
+            payload=failure.payload,
+            seq=int(info.get("seq", "0")),
+            occurred_at=info.get("occurred_at", failure.first_failed_at.isoformat()),
+        )
+        dead = DeadInfo(
+            group=group,
+            entry_id=info.get("entry", ""),
+            deliveries=int(info.get("deliveries", "0")),
+            error=f"{failure.error_type}: {failure.message}",
+            failure_id=failure.id,
+        )
+        restream = self.keys.redeliver(failure.event_name, group)
+        try:
+            await self.client.xgroup_create(restream, group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if not str(exc).startswith("BUSYGROUP"):
+                raise
+        fields: dict[Any, Any] = {**env.fields(), **dead.fields()}
+        new_id = _text(await self.client.xadd(restream, fields))
+        letters = await dead_letters(self.client, self.keys, failure.event_name, limit=None)
+        stale = [d.dead_id for d in letters if d.failure_id == failure.id]
+        if stale:
+            await self.client.xdel(self.keys.dead(failure.event_name), *stale)
+        note = f"{failure.note} redelivered={new_id}"
+        await self.failures.update(failure.replace(status=FailureStatus.PENDING, note=note))
+        return new_id
+
+    # -- hooks -----------------------------------------------------------------------------------
+
+    def _record_failure(self, rec: FailureRecord) -> None:
+        self.failures.record(rec)
+
+    def _notify(self, event: Event) -> None:
+        try:
+            self.notify(event)
+        except Exception:
+            logger.warning("could not emit %r", event.event_name, exc_info=True)
+
+
+def _no_notify(_event: Event) -> None:
+    return None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
