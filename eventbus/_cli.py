@@ -1,4 +1,5 @@
-"""``python -m eventbus failures list|show|retry|purge``: inspect and retry the failure table.
+"""``python -m eventbus failures list|show|retry|purge``: inspect and retry the failure table;
+``python -m eventbus streams ...``: operate durable events (:mod:`eventbus._cli_streams`).
 
 Every command takes ``--db`` (a URL, or the path of a SQLite file: see
 :func:`eventbus.backends.sql.database_url`; default ``$EVENTBUS_DB``, else ``eventbus.db`` in
@@ -28,6 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
 from ._bus import EventBus
+from ._cli_streams import StreamsInputError, add_streams_parser
 from ._failures import FailureRecord, FailureStatus
 from .backends._sql_common import describe_error
 from .backends.sql import SqlFailureStore, database_url, default_db_url, redact_url
@@ -95,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--before", type=_when, metavar="WHEN", help="last failed before WHEN")
     p.add_argument("--all", action="store_true", help="required to purge without a filter")
     p.set_defaults(handler=_purge)
+    add_streams_parser(commands, db_help=DB_HELP, when=_when, positive_int=_positive_int)
     return parser
 
 
@@ -105,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Handler = args.handler
     try:
         return anyio.run(handler, args, backend="asyncio")
-    except _InputError as exc:
+    except (_InputError, StreamsInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
