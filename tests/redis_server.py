@@ -26,9 +26,13 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """Owns one redis-server process; ``restart()`` keeps the port, ``pause()`` sends SIGSTOP."""
+    """Owns one redis-server process; ``restart()`` keeps the port, ``pause()`` sends SIGSTOP.
 
-    def __init__(self, port: int | None = None) -> None:
+    :param appendonly: keep an append-only file (``appendfsync always``), so that a restart,
+        even after ``crash()``, loses nothing; the session's server keeps none
+    """
+
+    def __init__(self, port: int | None = None, *, appendonly: bool = False) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError(
@@ -39,6 +43,7 @@ class RedisServer:
         self.port = port or free_port()
         self.dir = tempfile.mkdtemp(prefix="eventbus-redis-")
         self.proc: subprocess.Popen[bytes] | None = None
+        self.appendonly = appendonly
 
     @property
     def url(self) -> str:
@@ -55,7 +60,9 @@ class RedisServer:
                 "--save",
                 "",
                 "--appendonly",
-                "no",
+                "yes" if self.appendonly else "no",
+                "--appendfsync",
+                "always",
                 "--dir",
                 self.dir,
                 "--daemonize",
@@ -86,6 +93,13 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.proc = None
+
+    def crash(self) -> None:
+        """SIGKILL: no shutdown, no final save (what survives is what was on disk)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
         self.proc = None
 
     def restart(self) -> None:

@@ -5,6 +5,8 @@ Importing this package loads SQLAlchemy and redis; ``import eventbus`` does not.
 
 from __future__ import annotations
 
+from ._context import Delivery as Delivery
+from ._context import current_delivery as current_delivery
 from ._envelope import DeadInfo as DeadInfo
 from ._envelope import Envelope as Envelope
 from ._envelope import EnvelopeError as EnvelopeError
@@ -40,6 +42,7 @@ __all__ = [
     "DeadInfo",
     "DeadLetter",
     "DeadLettered",
+    "Delivery",
     "DeliveriesExhaustedError",
     "DurableListener",
     "DurableOptions",
@@ -61,6 +64,7 @@ __all__ = [
     "StreamKeys",
     "StreamStatus",
     "create_durable_tables",
+    "current_delivery",
     "inbox_table",
     "metadata",
     "outbox_table",

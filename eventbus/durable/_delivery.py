@@ -26,6 +26,7 @@ from redis.exceptions import RedisError
 from .._codec import decode_payload
 from .._events import Event
 from .._failures import FailureRecord, FailureStatus, safe_str
+from ._context import Delivery, delivery_var
 from ._envelope import DeadInfo, Envelope
 from ._events import DeadLettered
 from ._exceptions import DeliveriesExhaustedError
@@ -73,6 +74,9 @@ async def _deliver(group: Group, entry: Entry) -> None:
         return
     event: Event | None = None
     group.counters.delivered += 1
+    token = delivery_var.set(
+        Delivery.of(env, group=group.name, entry_id=entry.id, deliveries=entry.deliveries)
+    )
     try:
         event = decode_payload(rt.registry, env.name, env.payload)
         ran = await _call(group, event, env)
@@ -80,6 +84,8 @@ async def _deliver(group: Group, entry: Entry) -> None:
         group.counters.failed += 1
         await _failed(group, entry, env, event, exc)
         return
+    finally:
+        delivery_var.reset(token)
     if not ran:
         group.counters.duplicates += 1
     else:

@@ -15,7 +15,7 @@ For each event stream this process consumes (one process per stream and round, b
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import anyio
 from redis.exceptions import RedisError
@@ -48,14 +48,15 @@ class Janitor:
             except RedisError as exc:
                 self.rt.log(logging.WARNING, "janitor", "janitor: %s", safe_str(exc))
 
-    async def sweep(self, *, force: bool = False) -> int:
-        """One round over every stream; return the entries trimmed.
+    async def sweep(self, events: Iterable[str] | None = None, *, force: bool = False) -> int:
+        """One round over the streams of *events* (default: those of this process's groups);
+        return the entries trimmed.
 
-        :param force: skip the turn key (tests, and the CLI)
+        :param force: skip the turn key (tests, and operators)
         """
         rt, opts = self.rt, self.rt.options
         trimmed = 0
-        names = sorted({g.listener.event_name for g in self.groups})
+        names = sorted(events or {g.listener.event_name for g in self.groups})
         turn_ms = max(1, int(opts.janitor_interval * 900))
         for name in names:
             if not force and not await rt.client.set(

@@ -138,6 +138,7 @@ async def reclaim_once(group: Group, start: Callable[[Entry], None]) -> int:
     taken = 0
     for stream in group.streams:
         cursor = "0-0"
+        lost: list[str] = []
         while (free := group.free_slots()) > 0:
             try:
                 reply = await rt.scripts.reclaim(
@@ -154,10 +155,9 @@ async def reclaim_once(group: Group, start: Callable[[Entry], None]) -> int:
                         group.name,
                         safe_str(exc),
                     )
-                return taken
+                break
             next_cursor, entries, deleted, counts = reply
-            if deleted:
-                _lost(group, stream, [_text(d) for d in deleted])
+            lost += [_text(d) for d in deleted]
             for (entry_id, flat), count in zip(entries, counts, strict=True):
                 eid = _text(entry_id)
                 if (stream, eid) in group.in_flight:
@@ -168,6 +168,8 @@ async def reclaim_once(group: Group, start: Callable[[Entry], None]) -> int:
             cursor = _text(next_cursor)
             if cursor == "0-0":
                 break
+        if lost:  # one alarm per pass, however many calls the scan took
+            _lost(group, stream, lost)
     return taken
 
 

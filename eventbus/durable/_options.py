@@ -71,8 +71,8 @@ class DurableOptions:
             problems.append(
                 f"publish_key_ttl={self.publish_key_ttl!r} must exceed twice lease={self.lease!r}"
             )
-        if self.maxlen is not None and self.maxlen < 1000:
-            problems.append(f"maxlen={self.maxlen!r} must be None or >= 1000 (a backstop)")
+        if self.maxlen is not None and self.maxlen < 100:
+            problems.append(f"maxlen={self.maxlen!r} must be None or >= 100 (a backstop)")
         if self.poll_interval <= 0 or self.purge_interval <= 0 or self.janitor_interval <= 0:
             problems.append("poll_interval, purge_interval and janitor_interval must be > 0")
         if self.shutdown_grace < 0 or self.trim_keep < 0 or self.consumer_idle <= 0:

@@ -145,6 +145,7 @@ class Relay:
             marked = await rt.outbox.mark(
                 rt.engine, token=token, stream_ids=stream_ids, now=utcnow()
             )
+            await rt.fault("marked")
             if marked < len(stream_ids):
                 self.counters.leases_lost += len(stream_ids) - marked
                 rt.log(

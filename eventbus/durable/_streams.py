@@ -265,6 +265,8 @@ class RedisStreams:
             await create_durable_tables(self.engine, tables=(self.outbox_table, self.inbox_table))
         register_durable_events(self.registry)
         self._stopped = anyio.Event()
+        self._consumers.clear()  # statistics() keeps reporting the last run's until now
+        self._janitor.groups.clear()
         await task_group.start(self._run)
         self._running = True
         self.rt.notify(
@@ -328,8 +330,6 @@ class RedisStreams:
                         service=self.service, consumer=self.rt.consumer, unfinished=unfinished
                     )
                 )
-                self._consumers.clear()
-                self._janitor.groups.clear()
             if self._owns_client:
                 await self.client.aclose()
             if self._owns_engine:
@@ -382,9 +382,10 @@ class RedisStreams:
         )
         return [await stream_status(self.client, self.keys, n) for n in names]
 
-    async def sweep(self) -> int:
-        """Run the janitor once now, whoever's turn it is; return the entries trimmed."""
-        return await self._janitor.sweep(force=True)
+    async def sweep(self, events: Sequence[str] | None = None) -> int:
+        """Run the janitor once now, whoever's turn it is, over the streams of *events*
+        (default: this process's listeners'); return the entries trimmed."""
+        return await self._janitor.sweep(events, force=True)
 
     async def republish(self, *, since: datetime, events: Sequence[str] | None = None) -> int:
         """Publish again every retained outbox row published at or after *since* (after Redis
@@ -463,14 +464,19 @@ class RedisStreams:
         except ResponseError as exc:
             if not str(exc).startswith("BUSYGROUP"):
                 raise
+        # Pending before the entry exists: a consumer may resolve the row as soon as it does.
+        await self.failures.update(failure.replace(status=FailureStatus.PENDING))
         fields: dict[Any, Any] = {**env.fields(), **dead.fields()}
-        new_id = _text(await self.client.xadd(restream, fields))
+        try:
+            new_id = _text(await self.client.xadd(restream, fields))
+        except BaseException:
+            await self.failures.update(failure)
+            raise
         letters = await dead_letters(self.client, self.keys, failure.event_name, limit=None)
         stale = [d.dead_id for d in letters if d.failure_id == failure.id]
         if stale:
             await self.client.xdel(self.keys.dead(failure.event_name), *stale)
-        note = f"{failure.note} redelivered={new_id}"
-        await self.failures.update(failure.replace(status=FailureStatus.PENDING, note=note))
+        logger.info("dead failure %s redelivered to group %r as %s", failure.id, group, new_id)
         return new_id
 
     # -- hooks -----------------------------------------------------------------------------------

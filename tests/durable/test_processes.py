@@ -1,0 +1,235 @@
+"""Real processes killed, stopped and restarted around one Redis and one SQLite file: the
+fault scenarios of durable events that only separate processes can show (F2-F4, F6, F9-F11,
+F16, F17). Each process is ``tests.durable.app``; what listeners did is read from the
+database, what relays and consumers counted from the statistics a process prints at exit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+import pytest
+import sqlalchemy as sa
+from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from eventbus import FailureStatus
+from eventbus.backends.sql import SqlFailureStore
+from eventbus.durable import DeliveriesExhaustedError
+from eventbus.durable._tables import outbox
+from tests.durable.conftest import App, call_rows, effect_rows, wait_until
+
+pytestmark = pytest.mark.slow
+
+Apps = Callable[..., Awaitable[App]]
+STREAM = "eventbus:evt:{order.paid}"
+
+
+async def outbox_row(engine: AsyncEngine) -> sa.Row[object]:
+    async with engine.connect() as conn:
+        [row] = (await conn.execute(sa.select(outbox))).all()
+    return row
+
+
+async def n_effects(engine: AsyncEngine, n: int) -> bool:
+    return len(await effect_rows(engine)) >= n
+
+
+async def test_f2_a_publisher_killed_after_commit_is_published_by_another_relay(
+    apps: Apps, engine: AsyncEngine, calls_file: Path
+) -> None:
+    publisher = await apps("--publish", "1", "--pause-at", "claimed", ready="paused claimed")
+    publisher.kill()  # committed, claimed by its own relay, never added to Redis
+    await publisher.proc.wait()
+    consumer = await apps("--listener", "grant=effect")
+    await wait_until(lambda: n_effects(engine, 1), what="the effect")
+    stats = await consumer.stop()
+    assert stats["relay"]["published"] == 1
+    row = await outbox_row(engine)
+    assert row.published_at is not None and row.attempts == 2  # the dead claim, then ours
+    assert len(call_rows(calls_file)) == 1
+
+
+async def test_f3_a_relay_killed_between_xadd_and_mark_adds_the_event_once(
+    apps: Apps, engine: AsyncEngine, client: Redis, calls_file: Path
+) -> None:
+    relay = await apps("--publish", "1", "--pause-at", "published", ready="paused published")
+    relay.kill()
+    await relay.proc.wait()
+    assert await client.xlen(STREAM) == 1  # it did add the entry
+    consumer = await apps("--listener", "grant=effect")
+    await wait_until(lambda: n_effects(engine, 1), what="the effect")
+    await wait_until(lambda: _published(engine), what="the mark, after the lease")
+    stats = await consumer.stop()
+    assert (stats["relay"]["published"], stats["relay"]["deduplicated"]) == (0, 1)
+    assert await client.xlen(STREAM) == 1
+    assert len(call_rows(calls_file)) == 1
+    assert (await outbox_row(engine)).published_at is not None
+
+
+async def test_f4_a_relay_stopped_past_its_lease_marks_nothing_when_it_resumes(
+    apps: Apps, engine: AsyncEngine, client: Redis, calls_file: Path
+) -> None:
+    first = await apps(
+        "--publish", "1", "--pause-at", "published", "--pause-seconds", "1.5",
+        ready="paused published",
+    )  # fmt: skip
+    os.kill(first.proc.pid, signal.SIGSTOP)
+    try:
+        second = await apps("--listener", "grant=effect")
+        await wait_until(lambda: n_effects(engine, 1), what="the effect")
+        await wait_until(lambda: _published(engine), what="the second relay's mark", within=10)
+    finally:
+        os.kill(first.proc.pid, signal.SIGCONT)
+    await first.expect("at marked")  # its late mark, after the pause
+    first_stats = await first.stop()
+    second_stats = await second.stop()
+    assert first_stats["relay"]["leases_lost"] == 1  # its mark found another claim's token
+    assert second_stats["relay"]["deduplicated"] == 1
+    assert await client.xlen(STREAM) == 1
+    assert len(call_rows(calls_file)) == 1
+
+
+async def _published(engine: AsyncEngine) -> bool:
+    return (await outbox_row(engine)).published_at is not None
+
+
+async def test_f6_a_consumer_killed_mid_call_is_reclaimed_by_a_replica(
+    apps: Apps, engine: AsyncEngine, calls_file: Path
+) -> None:
+    doomed = await apps("--consumer", "doomed", "--listener", "grant=slow:30", "--publish", "1")
+    await wait_until(lambda: _calls(calls_file, 1), what="the first call")
+    replica = await apps("--consumer", "replica", "--listener", "grant=effect")
+    doomed.kill()
+    await wait_until(lambda: n_effects(engine, 1), what="the reclaimed call's effect")
+    stats = await replica.stop()
+    [group] = stats["groups"]
+    assert (group["reclaimed"], group["succeeded"]) == (1, 1)
+    assert [c.consumer for c in call_rows(calls_file)] == ["doomed", "replica"]
+    assert len(await effect_rows(engine)) == 1  # one effect: the killed call's never committed
+
+
+def _calls(path: Path, n: int) -> bool:
+    return len(call_rows(path)) >= n
+
+
+async def test_f9_a_listener_that_kills_its_process_still_ends_dead(
+    apps: Apps, engine: AsyncEngine, db_url: str, calls_file: Path
+) -> None:
+    common = ("--listener", "boom=exit", "--max-deliveries", "3")
+    first = await apps(*common, "--publish", "1", ready="published")
+    assert await first.proc.wait() == 3  # the listener ended the process
+    for _ in range(2):  # a supervisor restarts it; each restart is one more delivery
+        app = await apps(*common)
+        with anyio.fail_after(20):
+            assert await app.proc.wait() == 3
+    last = await apps(*common)
+    store = SqlFailureStore(db_url, create_table=False)
+    try:
+        await wait_until(lambda: _dead(store), what="the dead row", within=15)
+        [rec] = await store.query()
+    finally:
+        await store.aclose()
+    stats = await last.stop()
+    assert len(call_rows(calls_file)) == 3  # exactly max_deliveries calls
+    assert stats["groups"][0]["dead"] == 1
+    assert rec.status == FailureStatus.DEAD and rec.attempts == 4
+    assert rec.error_type.endswith(DeliveriesExhaustedError.__qualname__)
+    assert "delivered 4 times" in rec.message
+
+
+async def _dead(store: SqlFailureStore) -> bool:
+    try:
+        return bool(await store.query(status=FailureStatus.DEAD))
+    except sa.exc.OperationalError:  # the table is created with the first record
+        return False
+
+
+async def test_f10_two_services_with_two_replicas_each(
+    apps: Apps, engine: AsyncEngine, calls_file: Path
+) -> None:
+    n = 120
+    replicas = [
+        await apps("--service", service, "--consumer", f"{service}-{i}", "--listener", spec)
+        for service, spec in (("billing", "grant=slow:0.02"), ("audit", "audit=slow:0.02"))
+        for i in (1, 2)
+    ]
+    publisher = await apps("--publish", str(n), "--no-relay", ready="published")
+    await wait_until(lambda: n_effects(engine, 2 * n), what="every effect", within=30)
+    for app in (publisher, *replicas):
+        await app.stop()
+    effects = await effect_rows(engine)
+    for listener in ("grant", "audit"):
+        orders = Counter(e.order_id for e in effects if e.listener == listener)
+        assert sorted(orders) == list(range(n)) and set(orders.values()) == {1}
+    per_consumer = Counter(c.consumer for c in call_rows(calls_file))
+    assert set(per_consumer) == {"billing-1", "billing-2", "audit-1", "audit-2"}  # shared
+
+
+async def test_f11_events_published_before_the_service_first_ran_are_delivered(
+    apps: Apps, engine: AsyncEngine, client: Redis
+) -> None:
+    publisher = await apps("--publish", "20")
+    await wait_until(lambda: _xlen(client, 20), what="20 entries")
+    await publisher.stop()
+    assert await client.exists("eventbus:evt:{order.paid}") and not await client.xinfo_groups(
+        STREAM
+    )
+    service = await apps("--service", "late", "--listener", "grant=effect")
+    await wait_until(lambda: n_effects(engine, 20), what="the backlog")
+    await service.stop()
+    assert sorted(e.order_id for e in await effect_rows(engine)) == list(range(20))
+
+
+async def _xlen(client: Redis, n: int) -> bool:
+    return bool(await client.xlen(STREAM) >= n)
+
+
+async def test_f16_a_consumer_restarted_under_a_new_name_takes_over_its_old_entries(
+    apps: Apps, engine: AsyncEngine, client: Redis, calls_file: Path
+) -> None:
+    args = ("--visibility", "2", "--consumer-idle", "0.3", "--janitor-interval", "0.2")
+    old = await apps(*args, "--consumer", "old", "--listener", "grant=slow:30", "--publish", "1")
+    await wait_until(lambda: _calls(calls_file, 1), what="the first call")
+    old.kill()
+    new = await apps(*args, "--consumer", "new", "--listener", "grant=effect")
+    seen_pending = False
+    with anyio.fail_after(20):
+        while not await n_effects(engine, 1):
+            consumers = {c["name"]: c for c in await client.xinfo_consumers(STREAM, "svc:grant")}
+            old_info = consumers.get(b"old")
+            # Idle for several janitor rounds past consumer_idle, but it owns an entry: kept.
+            if old_info is not None and old_info["pending"] == 1 and old_info["idle"] > 1000:
+                seen_pending = True
+            await anyio.sleep(0.05)
+    assert seen_pending
+    await wait_until(lambda: _only(client, b"new"), what="the old consumer deleted")
+    stats = await new.stop()
+    assert stats["groups"][0]["reclaimed"] == 1 and stats["janitor"]["consumers_deleted"] >= 1
+
+
+async def _only(client: Redis, name: bytes) -> bool:
+    return {c["name"] for c in await client.xinfo_consumers(STREAM, "svc:grant")} == {name}
+
+
+async def test_f17_sigterm_mid_call_stops_without_acknowledging(
+    apps: Apps, engine: AsyncEngine, client: Redis, calls_file: Path
+) -> None:
+    first = await apps(
+        "--consumer", "first", "--listener", "grant=slow:30", "--grace", "0.3", "--publish", "1"
+    )
+    await wait_until(lambda: _calls(calls_file, 1), what="the call")
+    first.proc.send_signal(signal.SIGTERM)
+    with anyio.fail_after(15):
+        assert await first.proc.wait() == 0  # a clean stop
+    [pending] = await client.xpending_range(STREAM, "svc:grant", min="-", max="+", count=10)
+    assert pending["consumer"] == b"first"  # cancelled, never acknowledged
+    second = await apps("--consumer", "second", "--listener", "grant=effect")
+    await wait_until(lambda: n_effects(engine, 1), what="the redelivery")
+    await second.stop()
+    assert [c.consumer for c in call_rows(calls_file)] == ["first", "second"]
