@@ -1,0 +1,127 @@
+"""The small parts of durable events, without servers: keys, envelopes, options, the client
+factory's configuration, and what ``import eventbus`` loads."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+
+from eventbus.backends.redis import make_redis_client
+from eventbus.durable import DeadInfo, DurableOptions, Envelope, EnvelopeError, StreamKeys
+from eventbus.durable._delivery import failure_id, parse_note
+from eventbus.durable._keys import group_name
+
+
+def test_every_key_of_an_event_shares_its_hash_tag() -> None:
+    keys = StreamKeys("app")
+    made = [
+        keys.stream("order.paid"),
+        keys.dead("order.paid"),
+        keys.redeliver("order.paid", "billing:grant"),
+        keys.published("order.paid", "e1"),
+        keys.janitor("order.paid"),
+    ]
+    assert made == [
+        "app:evt:{order.paid}",
+        "app:evt:{order.paid}:dlq",
+        "app:evt:{order.paid}:re:billing:grant",
+        "app:evt:{order.paid}:pub:e1",
+        "app:evt:{order.paid}:janitor",
+    ]
+    assert {k[k.index("{") : k.index("}") + 1] for k in made} == {"{order.paid}"}
+    assert [keys.parse(k) for k in made[:3]] == [
+        ("order.paid", "stream"),
+        ("order.paid", "dlq"),
+        ("order.paid", "re:billing:grant"),
+    ]
+    assert keys.parse(made[3]) is None and keys.parse("other:evt:{x}") is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "message"),
+    [
+        pytest.param("prefix", "a{b}", "prefix 'a{b}' contains '{'", id="brace"),
+        pytest.param("service", "my service", "service 'my service' contains ' '", id="space"),
+        pytest.param("service", "", "service '' must be a non-empty str", id="empty"),
+    ],
+)
+def test_key_parts_are_checked(kind: str, value: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        if kind == "prefix":
+            StreamKeys(value)
+        else:
+            group_name(value, "listener")
+
+
+def test_an_envelope_round_trips_and_names_what_is_wrong() -> None:
+    env = Envelope(
+        event_id="e1", name="order.paid", payload="{}", seq=3, occurred_at="t", headers='{"a": "b"}'
+    )
+    assert Envelope.from_fields("1-0", env.fields()) == env
+    assert "aggregate_key" not in env.fields()
+    with pytest.raises(EnvelopeError, match=r"'1-0' is not an event envelope: version None"):
+        Envelope.from_fields("1-0", {"payload": "{}"})
+    with pytest.raises(EnvelopeError, match="field 'seq' is missing"):
+        Envelope.from_fields("1-0", {k: v for k, v in env.fields().items() if k != "seq"})
+    info = DeadInfo(group="g", entry_id="1-0", deliveries=5, error="E: x", failure_id="f")
+    assert DeadInfo.from_fields({**env.fields(), **info.fields()}) == info
+    assert DeadInfo.from_fields(env.fields()) is None
+
+
+def test_dead_failures_are_identified_by_group_and_entry() -> None:
+    assert failure_id("g", "s", "1-0") == failure_id("g", "s", "1-0")
+    assert failure_id("g", "s", "1-0") != failure_id("h", "s", "1-0")
+    assert parse_note("durable group=g:l stream=s entry=1-0 deliveries=5 seq=7") == {
+        "group": "g:l",
+        "stream": "s",
+        "entry": "1-0",
+        "deliveries": "5",
+        "seq": "7",
+    }
+    assert parse_note("retry: listener gone") is None and parse_note(None) is None
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        pytest.param({"retry_backoff": 5.0, "visibility": 2.0}, "at most visibility=2.0", id="r"),
+        pytest.param({"publish_key_ttl": 50.0, "lease": 30.0}, "exceed twice lease=30.0", id="t"),
+        pytest.param({"maxlen": 10}, r"maxlen=10 must be None or >= 100", id="maxlen"),
+        pytest.param({"max_deliveries": 0}, "max_deliveries", id="deliveries"),
+        pytest.param({"retention": timedelta(0)}, "retention > 0", id="retention"),
+    ],
+)
+def test_options_that_break_a_guarantee_are_refused(
+    options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        DurableOptions(**options)  # type: ignore[arg-type]
+
+
+def test_retry_delays_double_up_to_the_visibility_time() -> None:
+    opts = DurableOptions(retry_backoff=1.0, visibility=5.0)
+    assert [opts.retry_delay(n) for n in range(1, 6)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+    assert opts.settle == 2 * opts.lease
+
+
+async def test_the_client_factory_never_retries_commands() -> None:
+    client = make_redis_client("redis://127.0.0.1:1/0", max_connections=3, socket_timeout=1.5)
+    try:
+        pool = client.connection_pool
+        kwargs = pool.connection_kwargs
+        assert kwargs["socket_timeout"] == 1.5 and pool.max_connections == 3
+        assert kwargs["retry"].get_retries() == 0
+    finally:
+        await client.aclose()
+
+
+def test_importing_eventbus_loads_neither_redis_nor_sqlalchemy() -> None:
+    code = (
+        "import sys, eventbus, eventbus.cli; "
+        "print(sorted(m for m in ('redis', 'sqlalchemy', 'eventbus.durable') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
