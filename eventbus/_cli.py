@@ -41,7 +41,10 @@ EXIT_OK = 0
 EXIT_ERROR = 1  # the database failed, or a retried failure failed again
 EXIT_USAGE = 2
 
-DESCRIPTION = "Inspect, retry and purge the failure table of an eventbus application."
+DESCRIPTION = (
+    "Inspect, retry and purge the failure table of an eventbus application; operate the "
+    "Redis streams of its durable events."
+)
 DB_HELP = (
     "a database URL (postgresql+asyncpg://user@host/db) or the path of a SQLite file "
     "(default: $EVENTBUS_DB, else ./eventbus.db)"
