@@ -15,6 +15,7 @@ consumer (or this one, restarted) after the visibility time.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import anyio
@@ -37,7 +38,7 @@ class Consumer:
 
     def __init__(self, group: Group) -> None:
         self.group = group
-        self.limiter = anyio.CapacityLimiter(group.rt.options.concurrency)
+        self._send, self._receive = anyio.create_memory_object_stream[Entry](math.inf)
         self._intake = anyio.CancelScope()
         self._handlers: TaskGroup | None = None
         self._done = anyio.Event()
@@ -58,22 +59,30 @@ class Consumer:
                 service.start_soon(group.ack_loop)
                 async with anyio.create_task_group() as handlers:
                     self._handlers = handlers
+                    for _ in range(group.rt.options.concurrency):
+                        handlers.start_soon(self._work)
                     task_status.started()
                     with self._intake:
                         async with anyio.create_task_group() as intake:
                             intake.start_soon(self._read_loop)
                             intake.start_soon(reclaim_loop, group, self.start)
-                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                    await group.flush_acks()
+                group.in_flight.clear()  # queued, never started: pending for whoever is next
+                await group.flush_acks()
                 service.cancel_scope.cancel()
         finally:
+            self._send.close()
+            self._receive.close()
             self._done.set()
 
     def start(self, entry: Entry) -> None:
-        """Run the listener for *entry* in a task of its own (its lease is renewed meanwhile)."""
-        assert self._handlers is not None
+        """Queue *entry* for the next free worker (its lease is renewed from now on)."""
         self.group.in_flight[entry.key] = InFlight(entry)
-        self._handlers.start_soon(deliver, self.group, entry, self.limiter)
+        self._send.send_nowait(entry)
+
+    async def _work(self) -> None:
+        """One of ``concurrency`` workers: a fixed pool, so that no task is made per entry."""
+        async for entry in self._receive:
+            await deliver(self.group, entry)
 
     async def stop(self, grace: float) -> int:
         """Stop reading, let calls in flight finish for *grace* seconds, cancel the rest;

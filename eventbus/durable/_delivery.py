@@ -52,11 +52,10 @@ def parse_note(note: str | None) -> dict[str, str] | None:
     return dict(_NOTE.findall(note))
 
 
-async def deliver(group: Group, entry: Entry, limiter: anyio.CapacityLimiter) -> None:
+async def deliver(group: Group, entry: Entry) -> None:
     """Handle one entry to its end; never raises but for cancellation."""
     try:
-        async with limiter:
-            await _deliver(group, entry)
+        await _deliver(group, entry)
     finally:
         group.finish(entry)
 

@@ -27,6 +27,8 @@ __all__ = ["Entry", "Group", "InFlight", "is_missing_group"]
 NOGROUP_BACKOFF = 0.2
 NOGROUP_MAX_BACKOFF = 10.0
 NOGROUP_RESET = 60.0
+#: the longest a shielded acknowledgement may hold up a stop
+ACK_PATIENCE = 5.0
 
 
 def is_missing_group(exc: BaseException) -> bool:
@@ -73,6 +75,7 @@ class Group:
         self.counters = GroupCounters()
         self.in_flight: dict[tuple[str, str], InFlight] = {}
         self._changed = anyio.Event()
+        self._waiting = 0  # tasks in wait_finished(): finish() signals only when there are
         self._retries: list[float] = []  # monotonic times at which scheduled retries fall due
         self.reclaim_wakeup = anyio.Event()
         #: serialises lease renewals and retry scheduling (both set an entry's idle time)
@@ -105,13 +108,17 @@ class Group:
 
     def finish(self, entry: Entry) -> None:
         """Forget an entry this process no longer works on (done, retried later, or cancelled)."""
-        if self.in_flight.pop(entry.key, None) is not None:
+        if self.in_flight.pop(entry.key, None) is not None and self._waiting:
             changed, self._changed = self._changed, anyio.Event()
             changed.set()
 
     async def wait_finished(self) -> None:
         """Return after the next entry in flight finished."""
-        await self._changed.wait()
+        self._waiting += 1
+        try:
+            await self._changed.wait()
+        finally:
+            self._waiting -= 1
 
     def retry_at(self, when: float) -> None:
         """Have the reclaim loop look again at *when* (monotonic): a retry falls due then."""
@@ -194,12 +201,16 @@ class Group:
 
     async def flush_acks(self) -> None:
         """Send the queued acknowledgements. One that fails leaves its entries pending: they
-        come back after the visibility time, and the inbox (or the listener) absorbs them."""
+        come back after the visibility time, and the inbox (or the listener) absorbs them.
+
+        Shielded (for a few seconds at most): a stop must not cancel acknowledgements of
+        calls that succeeded."""
         self._ack_ready = anyio.Event()
         batch, self._acks = self._acks, {}
         for stream, ids in batch.items():
             try:
-                await self.rt.client.xack(stream, self.name, *ids)
+                with anyio.CancelScope(shield=True), anyio.move_on_after(ACK_PATIENCE):
+                    await self.rt.client.xack(stream, self.name, *ids)
             except RedisError as exc:
                 self.rt.log(
                     logging.WARNING,

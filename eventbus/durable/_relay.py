@@ -162,42 +162,50 @@ class Relay:
         return len(rows)
 
     async def _add(self, rows: Sequence[ClaimedRow]) -> dict[int, str]:
-        """Run the ``PUBLISH`` script for each row in one pipeline; the stream id of each row
-        added (or found added); rows whose script failed are given back by the caller's next
-        claim after their lease."""
+        """Run the ``PUBLISH`` script once per stream, all in one pipeline; return the stream
+        id of each row added (or found added). Rows of a stream whose script failed are
+        claimed again after their lease."""
         rt, opts = self.rt, self.rt.options
+        by_name: dict[str, list[ClaimedRow]] = {}
+        for row in rows:
+            by_name.setdefault(row.name, []).append(row)
         ttl_ms = str(int(opts.publish_key_ttl * 1000))
         cap = str(opts.maxlen or 0)
         async with rt.client.pipeline(transaction=False) as pipe:
-            for row in rows:
+            for name, batch in by_name.items():
+                keys = [rt.keys.stream(name)]
                 args: list[str] = [ttl_ms, cap]
-                for field, value in row.envelope().fields().items():
-                    args += (field, value)
-                keys = [rt.keys.stream(row.name), rt.keys.published(row.name, row.event_id)]
+                for row in batch:
+                    keys.append(rt.keys.published(name, row.event_id))
+                    fields = row.envelope().fields()
+                    args.append(str(2 * len(fields)))
+                    for item in fields.items():
+                        args += item
                 await rt.scripts.publish(keys=keys, args=args, client=pipe)
             results = await pipe.execute(raise_on_error=False)
         out: dict[int, str] = {}
         failed: list[BaseException] = []
-        for row, result in zip(rows, results, strict=True):
+        for (name, batch), result in zip(by_name.items(), results, strict=True):
             if isinstance(result, BaseException):
                 failed.append(result)
                 continue
-            added, stream_id, capped = result
-            out[row.id] = stream_id.decode() if isinstance(stream_id, bytes) else str(stream_id)
-            if added:
-                self.counters.published += 1
-            else:
-                self.counters.deduplicated += 1
+            ids, flags, capped = result
+            flags = flags.decode() if isinstance(flags, bytes) else str(flags)
+            for row, stream_id in zip(batch, ids, strict=True):
+                out[row.id] = stream_id.decode() if isinstance(stream_id, bytes) else stream_id
+            added = flags.count("1")
+            self.counters.published += added
+            self.counters.deduplicated += len(batch) - added
             if capped:
-                self._cap_alarm(row.name)
+                self._cap_alarm(name)
         if failed and not out:
             raise failed[0] if isinstance(failed[0], RedisError) else RedisError(failed[0])
         if failed:
             self.counters.errors += 1
             rt.log(
                 logging.WARNING,
-                "relay-row",
-                "relay: %d rows could not be added (%s); they are retried after their lease",
+                "relay-stream",
+                "relay: rows of %d streams could not be added (%s); retried after their lease",
                 len(failed),
                 safe_str(failed[0]),
             )
@@ -207,11 +215,14 @@ class Relay:
         """Shorten the publish keys of marked rows to ``settle``: memory stays bounded by the
         publish rate times twice the lease, not by a day of events."""
         rt = self.rt
-        ms = int(rt.options.settle * 1000)
+        ms = str(int(rt.options.settle * 1000))
+        by_name: dict[str, list[str]] = {}
+        for row in rows:
+            by_name.setdefault(row.name, []).append(rt.keys.published(row.name, row.event_id))
         try:
             async with rt.client.pipeline(transaction=False) as pipe:
-                for row in rows:
-                    pipe.pexpire(rt.keys.published(row.name, row.event_id), ms)
+                for keys in by_name.values():
+                    await rt.scripts.settle(keys=keys, args=[ms], client=pipe)
                 await pipe.execute(raise_on_error=False)
         except RedisError:
             pass  # the keys expire by their own TTL

@@ -15,24 +15,47 @@ if TYPE_CHECKING:
 
 __all__ = ["Scripts"]
 
-#: Add an event once. KEYS: stream, publish key. ARGV: publish key TTL (ms), MAXLEN cap (0:
-#: none), then field/value pairs. Returns {added (1/0), stream id, cap reached (1/0)}: when the
-#: publish key exists, the event was added before (by a relay that crashed or stalled before it
-#: marked the row) and the id it got is returned instead of adding it again.
+#: Add events of one stream, each once. KEYS: the stream, then one publish key per event.
+#: ARGV: publish key TTL (ms), MAXLEN cap (0: none), then per event its field count n and n
+#: field/value items. A publish key that exists means the event was added before (by a relay
+#: that crashed or stalled before it marked the row): its id is returned instead of adding the
+#: event again. Returns {ids, flags, capped}: flags has "1" (added) or "0" (found) per event;
+#: capped is 1 when the stream has reached its cap.
 PUBLISH = """
-local prev = redis.call('GET', KEYS[2])
-if prev then return {0, prev, 0} end
-local capped = 0
-local id
-local cap = tonumber(ARGV[2])
-if cap > 0 then
-    if redis.call('XLEN', KEYS[1]) >= cap then capped = 1 end
-    id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', cap, '*', unpack(ARGV, 3))
-else
-    id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))
+local ttl, cap = ARGV[1], tonumber(ARGV[2])
+local ids, flags = {}, {}
+local pos = 3
+for k = 2, #KEYS do
+    local n = tonumber(ARGV[pos])
+    local prev = redis.call('GET', KEYS[k])
+    if prev then
+        ids[#ids + 1] = prev
+        flags[#flags + 1] = '0'
+    else
+        local fields = {}
+        for i = 1, n do fields[i] = ARGV[pos + i] end
+        local id
+        if cap > 0 then
+            id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', cap, '*', unpack(fields))
+        else
+            id = redis.call('XADD', KEYS[1], '*', unpack(fields))
+        end
+        redis.call('SET', KEYS[k], id, 'NX', 'PX', ttl)
+        ids[#ids + 1] = id
+        flags[#flags + 1] = '1'
+    end
+    pos = pos + n + 1
 end
-redis.call('SET', KEYS[2], id, 'NX', 'PX', ARGV[1])
-return {1, id, capped}
+local capped = 0
+if cap > 0 and redis.call('XLEN', KEYS[1]) >= cap then capped = 1 end
+return {ids, table.concat(flags), capped}
+"""
+
+#: Shorten the life of publish keys (of one stream) whose rows were marked published.
+#: KEYS: publish keys. ARGV: TTL ms.
+SETTLE = """
+for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, ARGV[1]) end
+return #KEYS
 """
 
 #: Set the idle time of entries this consumer still owns (``XCLAIM ... IDLE n JUSTID``: the
@@ -164,6 +187,7 @@ class Scripts:
 
     def __init__(self, client: Redis) -> None:
         self.publish: AsyncScript = client.register_script(PUBLISH)
+        self.settle: AsyncScript = client.register_script(SETTLE)
         self.renew: AsyncScript = client.register_script(RENEW)
         self.reclaim: AsyncScript = client.register_script(RECLAIM)
         self.dead_letter: AsyncScript = client.register_script(DEAD_LETTER)

@@ -1,0 +1,384 @@
+"""What does durability cost, end to end, from a commit in one process to a listener that
+finished in another?
+
+Durable events (``eventbus.durable.RedisStreams``): the publisher's transaction writes outbox
+rows; the relay of the publishing process (woken after the commit) adds them to the stream;
+a consumer process reads them through its consumer group, calls the listener, acknowledges.
+Baseline, measured in the same run: the naive pipeline the outbox replaces, ``XADD`` from the
+publisher and ``XREADGROUP`` + ``XACK`` in the consumer, no outbox, no inbox, no leases.
+
+Cases, each on SQLite (a file, WAL) and on PostgreSQL 15 (a throwaway server):
+
+* **max**: publish N events as fast as the publisher can (transactions of 100 events), and
+  divide N by the time from the first commit to the last listener finished: the sustained
+  rate of the whole pipeline. Also with a listener taking ``tx`` (one inbox row and one
+  commit per event: exactly-once effects).
+* **1,000/s** and **5,000/s** offered: every 10 ms the publisher commits the events due
+  (transactions of at most ``RATE/1000`` events, so about 1,000 commits per second); the
+  latency of each event is from its commit to its listener's end (p50, p99, max).
+
+"cost/event" is wall time per event of the max case, as a ratio to the naive baseline; the
+"(cpu)" column the same with the CPU time of both processes (other processes on a shared
+machine do not inflate it). Every case asserts that each event reached the listener (counts).
+Targets (issue 14, 2 cores): >= 5,000 events/s on PostgreSQL, p99 <= 50 ms at 1,000/s, cost
+<= 3x the baseline. The load average is printed with the tables.
+
+Run: ``.venv/bin/python benchmarks/durable.py [--quick] [--json PATH]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+from _harness import Options, Row, Stats, Table, environment, finish, print_environment
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the test suite's throwaway servers, rather than a third copy
+
+N = 20_000  # events of a max case
+QUICK_N = 5_000
+SECONDS = 3.0  # duration of a fixed-rate case
+QUICK_SECONDS = 1.5
+RATES = (1_000, 5_000)
+MAX_TX = 100  # events per transaction in the max case
+TICK = 0.01  # the fixed-rate publisher's period
+
+
+# -- the consumer process ------------------------------------------------------------------------
+
+
+async def worker(args: argparse.Namespace) -> None:
+    """Consume *args.n* events, then print their finish times and this process's CPU time."""
+    from eventbus.backends.redis import make_redis_client
+
+    finished: dict[int, float] = {}
+    done = anyio.Event()
+
+    def finish_one(order_id: int) -> None:
+        finished[order_id] = time.time()
+        if len(finished) >= args.n:
+            done.set()
+
+    client = make_redis_client(args.redis, socket_timeout=10, max_connections=32)
+    cpu0 = time.process_time()
+    if args.mode == "naive":
+        await naive_consumer(client, args.n, finish_one, done)
+    else:
+        await durable_consumer(args, client, finish_one, done)
+    cpu = time.process_time() - cpu0
+    await client.aclose()
+    print(json.dumps({"finished": finished, "cpu": cpu}), flush=True)
+
+
+async def naive_consumer(
+    client: Any, n: int, finish_one: Callable[[int], None], done: anyio.Event
+) -> None:
+    stream = "naive:stream"
+    await client.xgroup_create(stream, "g", id="0", mkstream=True)
+    print("ready", flush=True)
+    while not done.is_set():
+        reply: Any = await client.xreadgroup("g", "c", {stream: ">"}, count=500, block=1000)
+        for _, entries in reply or ():
+            for entry_id, fields in entries:
+                order = json.loads(fields[b"payload"])["order_id"]
+                await listener(order)
+                finish_one(order)
+            await client.xack(stream, "g", *[e[0] for e in entries])
+
+
+async def listener(order_id: int) -> None:
+    """The work of the listener: none (an async call), so that the pipeline is measured."""
+
+
+async def durable_consumer(
+    args: argparse.Namespace, client: Any, finish_one: Callable[[int], None], done: anyio.Event
+) -> None:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
+    from eventbus.backends.sql import make_engine
+    from eventbus.durable import DurableOptions, RedisStreams
+    from tests.durable.events import REG, OrderPaid
+
+    engine = make_engine(args.db)
+    streams = RedisStreams(
+        client,
+        engine,
+        service="bench",
+        registry=REG,
+        options=DurableOptions(concurrency=256, poll_interval=1.0),
+    )
+    if args.mode == "tx":
+
+        async def with_tx(e: OrderPaid, tx: AsyncConnection) -> None:
+            await listener(e.order_id)
+            finish_one(e.order_id)
+
+        streams.subscribe(OrderPaid, with_tx, name="bench.tx")
+    else:
+
+        async def plain(e: OrderPaid) -> None:
+            await listener(e.order_id)
+            finish_one(e.order_id)
+
+        streams.subscribe(OrderPaid, plain, name="bench.plain")
+    async with streams:
+        print("ready", flush=True)
+        with anyio.fail_after(300):
+            await done.wait()
+    await engine.dispose()
+
+
+# -- the publishing process (this one) ---------------------------------------------------------
+
+
+class Pipeline:
+    """One case's publisher (in this process) and its consumer process."""
+
+    def __init__(self, mode: str, redis_url: str, db_url: str | None) -> None:
+        self.mode = mode
+        self.redis_url = redis_url
+        self.db_url = db_url
+        self.proc: Any = None
+        self.client: Any = None
+        self.engine: Any = None
+        self.streams: Any = None
+
+    async def __aenter__(self) -> Pipeline:
+        from eventbus.backends.redis import make_redis_client
+
+        self.client = make_redis_client(self.redis_url, socket_timeout=10, max_connections=32)
+        await self.client.flushall()
+        if self.db_url is not None:
+            from eventbus.backends.sql import make_engine
+            from eventbus.durable import DurableOptions, RedisStreams, create_durable_tables
+            from eventbus.durable._tables import inbox, outbox
+            from tests.durable.events import REG
+
+            self.engine = make_engine(self.db_url, pool_size=20)
+            await create_durable_tables(self.engine)
+            async with self.engine.begin() as conn:
+                await conn.execute(outbox.delete())
+                await conn.execute(inbox.delete())
+            self.streams = RedisStreams(
+                self.client,
+                self.engine,
+                service="bench-publisher",
+                registry=REG,
+                options=DurableOptions(poll_interval=1.0),
+            )
+            await self.streams.__aenter__()
+        return self
+
+    async def start_consumer(self, n: int) -> None:
+        argv = [sys.executable, __file__, "--worker", self.mode, "--n", str(n)]
+        argv += ["--redis", self.redis_url, "--db", self.db_url or ""]
+        self.proc = await anyio.open_process(argv, cwd=ROOT, stderr=None)
+        line = await self._line()
+        assert line == "ready", line
+
+    async def _line(self) -> str:
+        buf = b""
+        assert self.proc.stdout is not None
+        with anyio.fail_after(300):
+            while not buf.endswith(b"\n"):
+                buf += await self.proc.stdout.receive(1 << 20)
+        return buf.decode().strip()
+
+    async def results(self) -> tuple[dict[int, float], float]:
+        data = json.loads(await self._line())
+        await self.proc.wait()
+        return {int(k): v for k, v in data["finished"].items()}, float(data["cpu"])
+
+    async def publish(self, first: int, count: int) -> float:
+        """Commit *count* events in one transaction; return the commit's end time."""
+        from tests.durable.events import OrderPaid
+
+        events = [{"order_id": i} for i in range(first, first + count)]
+        if self.streams is None:
+            async with self.client.pipeline(transaction=False) as pipe:
+                for e in events:
+                    pipe.xadd("naive:stream", {"payload": json.dumps(e)})
+                await pipe.execute()
+            return time.time()
+        async with self.engine.begin() as conn:
+            await self.streams.publish_many([OrderPaid(**e) for e in events], conn)
+        return time.time()
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
+        if self.streams is not None:
+            await self.streams.__aexit__(None, None, None)
+        if self.engine is not None:
+            await self.engine.dispose()
+        await self.client.aclose()
+
+
+async def run_max(mode: str, redis_url: str, db_url: str | None, n: int) -> dict[str, float]:
+    """Publish *n* events as fast as possible; return events/s, and CPU s per event."""
+    async with Pipeline(mode, redis_url, db_url) as p:
+        await p.start_consumer(n)
+        cpu0 = time.process_time()
+        start = time.time()
+        for first in range(0, n, MAX_TX):
+            await p.publish(first, min(MAX_TX, n - first))
+        finished, worker_cpu = await p.results()
+        cpu = time.process_time() - cpu0 + worker_cpu
+    assert sorted(finished) == list(range(n)), f"{mode}: {len(finished)} of {n} finished"
+    elapsed = max(finished.values()) - start
+    return {"rate": n / elapsed, "wall_per_event": elapsed / n, "cpu_per_event": cpu / n}
+
+
+async def run_rate(
+    mode: str, redis_url: str, db_url: str | None, rate: int, seconds: float
+) -> dict[str, float]:
+    """Offer *rate* events/s for *seconds*; return latency percentiles (ms) and the rate met."""
+    n = int(rate * seconds)
+    per_tx = max(1, rate // 1000)
+    committed: dict[int, float] = {}
+    async with Pipeline(mode, redis_url, db_url) as p:
+        await p.start_consumer(n)
+        start = time.monotonic()
+        sent = 0
+        while sent < n:
+            due = min(n, math.ceil((time.monotonic() - start + TICK) * rate))
+            while sent < due:
+                count = min(per_tx, due - sent)
+                at = await p.publish(sent, count)
+                for i in range(sent, sent + count):
+                    committed[i] = at
+                sent += count
+            await anyio.sleep(max(0.0, start + sent / rate - time.monotonic()))
+        offered = n / (time.monotonic() - start)
+        finished, _ = await p.results()
+    assert sorted(finished) == list(range(n)), f"{mode}: {len(finished)} of {n} finished"
+    lat = sorted((finished[i] - committed[i]) * 1000 for i in range(n))
+    return {
+        "p50": statistics.median(lat),
+        "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))],
+        "max": lat[-1],
+        "offered": offered,
+        "samples": lat[:: max(1, len(lat) // 200)],
+    }
+
+
+# -- servers and tables ---------------------------------------------------------------------------
+
+
+def load() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def rows_for(results: dict[str, dict[str, Any]], label: str, key: str) -> Stats:
+    return Stats((float(results[label][key]),))
+
+
+async def main(options: Options) -> list[Table]:
+    from tests.postgres_server import PostgresNotInstalled, PostgresServer
+    from tests.redis_server import RedisServer
+
+    n = QUICK_N if options.quick else N
+    seconds = QUICK_SECONDS if options.quick else SECONDS
+    tmp = Path(tempfile.mkdtemp(prefix="bench-durable-"))
+    databases: dict[str, str | None] = {"naive": None, "sqlite": f"{tmp / 'bench.db'}"}
+    pg: PostgresServer | None = None
+    try:
+        pg = PostgresServer(database="bench")
+        pg.__enter__()
+        databases["postgresql"] = pg.url()
+    except (PostgresNotInstalled, RuntimeError) as exc:
+        print(f"# PostgreSQL cases skipped: {exc}")
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        with RedisServer() as redis:
+            for db_name, db_url in databases.items():
+                modes = ["naive"] if db_url is None else ["plain", "tx"]
+                for mode in modes:
+                    label = "naive (XADD, XREADGROUP, XACK)" if mode == "naive" else (
+                        f"durable {db_name}{', listener takes tx' if mode == 'tx' else ''}"
+                    )
+                    results[label] = await run_max(mode, redis.url, db_url, n)
+                    print(f"# {label}: max {results[label]['rate']:,.0f} events/s (load {load()})")
+                    if mode == "tx":
+                        continue
+                    for rate in RATES:
+                        key = f"{label} @ {rate:,}/s"
+                        results[key] = await run_rate(mode, redis.url, db_url, rate, seconds)
+                        r = results[key]
+                        print(
+                            f"# {key}: p50 {r['p50']:.1f} ms, p99 {r['p99']:.1f} ms "
+                            f"(offered {r['offered']:,.0f}/s, load {load()})"
+                        )
+    finally:
+        if pg is not None:
+            pg.__exit__(None, None, None)
+    base = "naive (XADD, XREADGROUP, XACK)"
+    throughput = Table("Max sustained throughput, commit to listener finished", unit="events/s")
+    cost = Table("Cost per event of the max case", unit="us/event", ratio_header="vs naive")
+    for label, r in results.items():
+        if "@" in label:
+            continue
+        throughput.add(Row(label, Stats((r["rate"],))))
+        cost.add(
+            Row(
+                label,
+                Stats((r["wall_per_event"] * 1e6,), (r["cpu_per_event"] * 1e6,)),
+                baseline=None if label == base else base,
+                note="wall; (cpu): both processes",
+            )
+        )
+    latency = Table("Latency at a fixed offered rate, commit to listener finished", unit="ms")
+    for label, r in results.items():
+        if "@" not in label:
+            continue
+        latency.add(
+            Row(
+                f"{label} p50 / p99 / max",
+                Stats((r["p50"], r["p99"], r["max"])),
+                note=f"p50 {r['p50']:.1f}, p99 {r['p99']:.1f}, offered {r['offered']:,.0f}/s",
+            )
+        )
+    for table in (throughput, cost, latency):
+        print()
+        print(table.render())
+    return [throughput, cost, latency]
+
+
+def parse() -> tuple[Options, argparse.Namespace]:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer events, shorter rates")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write results")
+    parser.add_argument("--worker", choices=["naive", "plain", "tx"], help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--redis", help=argparse.SUPPRESS)
+    parser.add_argument("--db", help=argparse.SUPPRESS)
+    ns = parser.parse_args()
+    return Options(quick=bool(ns.quick), json_path=ns.json), ns
+
+
+if __name__ == "__main__":
+    opts, ns = parse()
+    if ns.worker:
+        ns.mode = ns.worker
+        asyncio.run(worker(ns))
+    else:
+        env = environment()
+        print_environment(env)
+        tables = anyio.run(main, opts, backend="asyncio")
+        finish("durable", tables, opts, env)
+    _ = Awaitable
