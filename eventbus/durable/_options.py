@@ -38,6 +38,8 @@ class DurableOptions:
     lease: float = 30.0
     #: how often an idle relay looks for rows other processes committed
     poll_interval: float = 1.0
+    #: how long a relay woken by a local commit waits for more commits to join its batch
+    relay_linger: float = 0.002
     #: how long a publish key (the relay's idempotence) lives if its row is never marked
     publish_key_ttl: float = 86_400.0
     #: a stream's ``MAXLEN ~`` cap, a memory backstop only (an alarm when reached); None: none
@@ -75,8 +77,10 @@ class DurableOptions:
             problems.append(f"maxlen={self.maxlen!r} must be None or >= 100 (a backstop)")
         if self.poll_interval <= 0 or self.purge_interval <= 0 or self.janitor_interval <= 0:
             problems.append("poll_interval, purge_interval and janitor_interval must be > 0")
-        if self.shutdown_grace < 0 or self.trim_keep < 0 or self.consumer_idle <= 0:
-            problems.append("shutdown_grace and trim_keep must be >= 0, consumer_idle > 0")
+        if self.shutdown_grace < 0 or self.trim_keep < 0 or self.relay_linger < 0:
+            problems.append("shutdown_grace, trim_keep and relay_linger must be >= 0")
+        if self.consumer_idle <= 0:
+            problems.append("consumer_idle must be > 0")
         if self.purge_batch < 1 or self.dead_maxlen < 1 or self.retention.total_seconds() <= 0:
             problems.append("purge_batch and dead_maxlen must be >= 1, retention > 0")
         if problems:

@@ -10,11 +10,12 @@ a relay whose lease expired, and whose rows another relay claimed, updates nothi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -28,7 +29,10 @@ from .._exceptions import PayloadError
 from ._envelope import Envelope
 from ._exceptions import NoTransactionError
 
-__all__ = ["Backlog", "ClaimedRow", "Outbox", "wake_after_commit"]
+__all__ = ["Backlog", "ClaimedRow", "Database", "Outbox", "wake_after_commit"]
+
+#: where a statement runs: an engine (in a transaction of its own) or an open connection
+Database = AsyncEngine | AsyncConnection
 
 _WAKE = "eventbus.durable.wake"  # key in a connection's info: wakers to call after commit
 
@@ -150,9 +154,9 @@ class Outbox:
     # -- the relay's side ------------------------------------------------------------------------
 
     async def claim(
-        self, engine: AsyncEngine, *, token: str, limit: int, lease: float, now: datetime
+        self, db: Database, *, token: str, limit: int, lease: float, now: datetime
     ) -> list[ClaimedRow]:
-        """Lease up to *limit* publishable rows to *token*, oldest first."""
+        """Lease up to *limit* publishable rows to *token*, oldest first (one statement)."""
         t = self.table
         c = t.c
         pick = (
@@ -176,7 +180,7 @@ class Outbox:
             )
             .returning(*self._returned)
         )
-        async with engine.begin() as conn:
+        async with _transaction(db) as conn:
             rows = (await conn.execute(stmt)).all()
         claimed = [ClaimedRow(*row) for row in rows]
         claimed.sort(key=lambda r: r.id)  # RETURNING promises no order
@@ -184,7 +188,7 @@ class Outbox:
 
     async def mark(
         self,
-        engine: AsyncEngine,
+        db: Database,
         *,
         token: str,
         stream_ids: Mapping[int, str],
@@ -205,13 +209,13 @@ class Outbox:
                 last_error=None,
             )
         )
-        async with engine.begin() as conn:
+        async with _transaction(db) as conn:
             result = await conn.execute(stmt)
         return int(result.rowcount)
 
     async def release(
         self,
-        engine: AsyncEngine,
+        db: Database,
         *,
         token: str,
         ids: Iterable[int],
@@ -225,7 +229,7 @@ class Outbox:
             .where(c.id.in_(list(ids)), c.lease_owner == token)
             .values(lease_owner=None, lease_until=retry_at, last_error=error[:2000])
         )
-        async with engine.begin() as conn:
+        async with _transaction(db) as conn:
             await conn.execute(stmt)
 
     async def purge(self, engine: AsyncEngine, *, before: datetime, batch: int) -> int:
@@ -280,6 +284,17 @@ class Outbox:
         async with engine.connect() as conn:
             count, oldest = (await conn.execute(stmt)).one()
         return Backlog(int(count), oldest)
+
+
+@contextlib.asynccontextmanager
+async def _transaction(db: Database) -> AsyncIterator[AsyncConnection]:
+    """A transaction of its own on an engine; a connection (the relay's, in autocommit) as is:
+    each statement here is atomic by itself."""
+    if isinstance(db, AsyncEngine):
+        async with db.begin() as conn:
+            yield conn
+    else:
+        yield db
 
 
 def _require_transaction(conn: AsyncConnection, events: Sequence[Event]) -> None:

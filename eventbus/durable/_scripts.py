@@ -7,13 +7,19 @@ Redis 7.0 commands only: no XADD ``IDMP`` (8.6), no ``ACKED`` trimming (8.2), no
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import NoScriptError
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
     from redis.commands.core import AsyncScript
 
-__all__ = ["Scripts"]
+__all__ = ["ScriptCall", "Scripts", "run_scripts"]
+
+#: one script call: the script, its keys, its arguments
+ScriptCall = tuple["AsyncScript", Sequence[str], Sequence[str]]
 
 #: Add events of one stream, each once. KEYS: the stream, then one publish key per event.
 #: ARGV: publish key TTL (ms), MAXLEN cap (0: none), then per event its field count n and n
@@ -194,3 +200,26 @@ class Scripts:
         self.redeliver: AsyncScript = client.register_script(REDELIVER)
         self.trim: AsyncScript = client.register_script(TRIM)
         self.drop_idle: AsyncScript = client.register_script(DROP_IDLE)
+
+
+async def run_scripts(
+    client: Redis, calls: Sequence[ScriptCall], *, reload: bool = True
+) -> list[Any]:
+    """``EVALSHA`` every call in one pipeline; return each call's reply or exception.
+
+    redis-py's own pipeline sends ``SCRIPT EXISTS`` first, a round trip per batch; here a
+    script missing after a server restart fails with ``NOSCRIPT`` (without running), is
+    loaded, and only those calls are sent again.
+    """
+    async with client.pipeline(transaction=False) as pipe:
+        for script, keys, args in calls:
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        results: list[Any] = await pipe.execute(raise_on_error=False)
+    missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
+    if missing and reload:
+        for script in {id(calls[i][0]): calls[i][0] for i in missing}.values():
+            await client.script_load(script.script)
+        again = await run_scripts(client, [calls[i] for i in missing], reload=False)
+        for i, reply in zip(missing, again, strict=True):
+            results[i] = reply
+    return results

@@ -330,6 +330,8 @@ class RedisStreams:
                         service=self.service, consumer=self.rt.consumer, unfinished=unfinished
                     )
                 )
+            if self.relay is not None:
+                await self.relay.aclose()  # driven by hand, it may hold a connection
             if self._owns_client:
                 await self.client.aclose()
             if self._owns_engine:
