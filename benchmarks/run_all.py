@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ("emit_modes", "peers", "scaling", "cron_next", "failure_writes", "counters")
+SCRIPTS = ("emit_modes", "peers", "scaling", "cron_next", "failure_writes", "counters", "durable")
 BUDGET_SECONDS = 240.0  # leaves a minute of the 5-minute budget for setup and slack
 HARD_LIMIT_SECONDS = 290.0  # a script still running when the whole run reaches this is stopped
 # Full-run estimates on a busy 2-core machine, used when a script has no previous JSON result.
@@ -31,6 +31,7 @@ EXPECTED_SECONDS = {
     "cron_next": 15.0,
     "failure_writes": 370.0,
     "counters": 30.0,
+    "durable": 100.0,
 }
 DEFAULT_EXPECTED = 30.0
 QUICK_FACTOR = 0.35  # a --quick run takes about this share of a full one
