@@ -17,6 +17,7 @@ __all__ = [
     "CODE_LENGTH",
     "DEFAULT_RESERVED",
     "MAX_URL_LENGTH",
+    "could_be_code",
     "new_code",
     "validate_alias",
     "validate_url",
@@ -31,6 +32,8 @@ _HOST = re.compile(rf"(?:{_LABEL}\.)*{_LABEL}\.?\Z")  # urlsplit lowercases the 
 # control, format (zero-width, bidi), surrogate, private-use, unassigned, line/para separators
 _INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 _ALIAS = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*\Z")
+# every code there can be: pool and fallback codes (base62) and aliases; the column holds 64
+_CODE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 DEFAULT_RESERVED = frozenset(
     {
         "about", "admin", "api", "articles", "assets", "auth", "favicon.ico", "health",
@@ -48,6 +51,16 @@ def new_code(length: int = CODE_LENGTH) -> str:
     first 8 characters: 256 = 4 * 62 + 8).
     """
     return "".join(secrets.choice(ALPHABET) for _ in range(length))
+
+
+def could_be_code(text: str) -> bool:
+    """Whether *text* has the shape of a code or an alias (``[A-Za-z0-9_-]``, 1 to 64).
+
+    Anything else (a NUL, a lone surrogate, a space) is no code: looking it up would only
+    make the database driver raise (PostgreSQL refuses NUL in text, and no driver can encode
+    a surrogate), so a resolver answers "unknown" without asking.
+    """
+    return _CODE.fullmatch(text) is not None
 
 
 def validate_url(url: str, *, max_length: int = MAX_URL_LENGTH) -> str:

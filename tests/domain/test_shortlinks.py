@@ -278,6 +278,30 @@ async def test_resolve_unknown_and_expired_codes(engine: AsyncEngine) -> None:
         assert await conn.scalar(select(func.count()).select_from(short_links)) == 1
 
 
+@pytest.mark.parametrize(
+    "code",
+    [
+        pytest.param("ab\x00cd", id="nul"),
+        pytest.param("\ud800abc", id="lone-surrogate"),
+        pytest.param("abc\udcff", id="trailing-surrogate"),
+        pytest.param("ab cd", id="space"),
+        pytest.param("docs\n", id="trailing-newline"),
+        pytest.param("caf\u00e9", id="non-ascii"),
+        pytest.param("", id="empty"),
+        pytest.param("a" * 65, id="too-long"),
+    ],
+)
+async def test_a_string_that_cannot_be_a_code_is_a_miss(engine: AsyncEngine, code: str) -> None:
+    """Regression test: a lone surrogate raised on SQLite and PostgreSQL, and a NUL raised on
+    PostgreSQL (``tests/domain/test_postgres.py`` runs this test there), instead of a 404."""
+    links = ShortLinks(engine)
+    await links.create("https://example.com/", alias="docs")
+    with anyio.fail_after(5):
+        missing = await links.resolve(code)
+    assert (missing.status, missing.reason, missing.url) == (404, "unknown", None)
+    assert (await links.resolve("docs")).url == "https://example.com/"
+
+
 async def test_visits_emit_and_clicks_are_flushed_to_sql(
     engine: AsyncEngine, store: CounterStore
 ) -> None:
