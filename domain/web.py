@@ -23,7 +23,8 @@ The admin routes exist only when an admin token is configured; without one they 
 token is stripped of surrounding whitespace and must keep at least 16 characters
 (:class:`~domain.AdminTokenError` otherwise). Ids beyond the signed 64-bit range are refused
 (404 for an article, 400 for an order) before they reach SQL.
-Errors are JSON: ``{"error": <code>, "detail": <message>}``.
+Errors are JSON: ``{"error": <code>, "detail": <message>}``, the router's own 404 and 405
+included; a body over 16 KiB is a 413.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from typing import Any
 
 from sqlalchemy import select
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -164,7 +166,9 @@ def create_app(config: WebConfig | None = None) -> Starlette:
             Route("/admin/tasks/{name}/run", _admin(token, run_task), methods=["POST"]),
         ]
     routes.append(Route("/{code}", follow_link, methods=["GET"]))
-    web = Starlette(routes=routes, lifespan=lifespan)
+    web = Starlette(
+        routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error}
+    )
     web.state.config = cfg
     return web
 
@@ -211,10 +215,31 @@ def _domain(request: Request) -> App:
     return app
 
 
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """The router's 404 and 405 (and any other ``HTTPException``) as JSON errors too."""
+    assert isinstance(exc, HTTPException)
+    method, path = request.method, request.url.path
+    if exc.status_code == 404:
+        return _error(404, "not_found", f"no route for {method} {path}")
+    if exc.status_code == 405:
+        allow = (exc.headers or {}).get("Allow", "")
+        allowed = sorted(m for m in allow.split(", ") if m and m != "HEAD")
+        detail = f"{method} is not allowed on {path}; use {' or '.join(allowed)}"
+        return _error(405, "method_not_allowed", detail, headers=exc.headers)
+    return _error(exc.status_code, "http_error", exc.detail, headers=exc.headers)
+
+
 class _BadRequest(Exception):
-    def __init__(self, detail: str) -> None:
+    """A request the client must change: a 400 unless *status* says otherwise."""
+
+    def __init__(self, detail: str, *, status: int = 400, code: str = "bad_request") -> None:
         super().__init__(detail)
         self.detail = detail
+        self.status = status
+        self.code = code
+
+    def response(self) -> JSONResponse:
+        return _error(self.status, self.code, self.detail)
 
 
 async def _json_object(request: Request) -> dict[str, Any]:
@@ -222,7 +247,11 @@ async def _json_object(request: Request) -> dict[str, Any]:
     async for chunk in request.stream():  # stop reading at the limit, not after the whole body
         size += len(chunk)
         if size > MAX_BODY:
-            raise _BadRequest(f"the body is over {MAX_BODY} bytes; send a smaller JSON object")
+            raise _BadRequest(
+                f"the body is over {MAX_BODY} bytes; send a smaller JSON object",
+                status=413,
+                code="payload_too_large",
+            )
         chunks.append(chunk)
     body = b"".join(chunks)
     try:
@@ -266,7 +295,7 @@ async def create_link(request: Request, cfg: WebConfig) -> Response:
                 raise _BadRequest("'expires_in' must be between 1 second and 10 years")
             expires_at = datetime.now(UTC) + timedelta(seconds=expires_in)
     except _BadRequest as exc:
-        return _error(400, "bad_request", exc.detail)
+        return exc.response()
     try:
         link = await _domain(request).links.create(url, alias=alias, expires_at=expires_at)
     except InvalidUrlError as exc:
@@ -349,7 +378,7 @@ async def pay_order(request: Request) -> Response:
             raise _BadRequest(f"'user_id' {user_id} is out of the signed 64-bit range")
         value = _amount(amount)
     except _BadRequest as exc:
-        return _error(400, "bad_request", exc.detail)
+        return exc.response()
     # emit() runs sync listeners now and queues async ones; a failing listener is captured
     # and recorded, never turned into an error for the payer.
     _domain(request).bus.emit(OrderPaid(order_id=order_id, user_id=user_id, amount=value))
@@ -362,8 +391,16 @@ def _amount(amount: object) -> Decimal:
     Checked before any arithmetic: ``Decimal("1e9999999")`` parses in no time, but ``int()``
     or ``quantize()`` of it would block the event loop.
     """
+    forms = 'a decimal string such as "19.90", or an integer'
+    if amount is None:
+        raise _BadRequest(f"'amount' is required: {forms}")
+    if isinstance(amount, float):
+        raise _BadRequest(
+            f"'amount' {amount!r} is a JSON number with a fraction, which is not exact; "
+            f"send {forms}"
+        )
     if isinstance(amount, bool) or not isinstance(amount, str | int):
-        raise _BadRequest("'amount' is required: a decimal string such as \"19.90\"")
+        raise _BadRequest(f"'amount' must be {forms}, not {_json_type(amount)}")
     try:
         value = Decimal(amount)
     except InvalidOperation:
@@ -376,22 +413,33 @@ def _amount(amount: object) -> Decimal:
     return cents
 
 
+def _json_type(value: object) -> str:
+    """The JSON name of a decoded value's type, with its article, for error messages."""
+    names: dict[type, str] = {dict: "an object", list: "a list"}
+    return names.get(type(value), f"a {type(value).__name__}")
+
+
 # -- admin routes --------------------------------------------------------------------------------
 
 
 async def list_failures(request: Request) -> Response:
     params = request.query_params
-    try:
-        status = FailureStatus(params["status"]) if "status" in params else None
-        limit = int(params.get("limit", "50"))
-        if not 1 <= limit <= MAX_FAILURES:
-            raise ValueError(f"limit must be between 1 and {MAX_FAILURES}")
-    except ValueError as exc:
-        return _error(400, "bad_request", str(exc))
+    statuses = [s.value for s in FailureStatus]
+    status, limit = params.get("status"), params.get("limit", "50")
+    if status is not None and status not in statuses:
+        shown = ", ".join(map(repr, statuses))
+        return _error(400, "bad_request", f"'status' must be one of {shown}, not {status!r}")
+    digits = limit.isascii() and limit.isdigit() and len(limit) < 5  # int() of 5k digits raises
+    if not (digits and 1 <= int(limit) <= MAX_FAILURES):
+        detail = f"'limit' must be an integer from 1 to {MAX_FAILURES}, not {limit!r}"
+        return _error(400, "bad_request", detail)
     store = _domain(request).bus.failures
     await store.flush()  # what the bus recorded so far is listed
     records = await store.query(
-        status=status, event=params.get("event"), listener=params.get("listener"), limit=limit
+        status=None if status is None else FailureStatus(status),
+        event=params.get("event"),
+        listener=params.get("listener"),
+        limit=int(limit),
     )
     return JSONResponse({"failures": [_failure_json(r) for r in records]})
 
