@@ -171,7 +171,9 @@ class App:
         """Build and run an app on a SQLite file; with *redis_url*, counters and locks in Redis.
 
         The failure table (``SqlFailureStore``) and the run table (``SqlRunStore``) live in the
-        same file. Owns (and closes) the engine and the Redis clients it builds.
+        same file. Owns (and closes) the engine and the Redis clients it builds. With Redis, it
+        warns once at start when the server can lose data (see
+        :func:`~domain.backends.redis.check_redis_durability`).
         """
         engine = create_async_engine(f"sqlite+aiosqlite:///{db}")
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
@@ -182,12 +184,13 @@ class App:
             if redis_url is not None:
                 from scheduler.backends.redis import RedisLock, make_redis_client
 
-                from .backends.redis import RedisCounterStore, connect
+                from .backends.redis import RedisCounterStore, check_redis_durability, connect
 
                 # two clients, each configured for its job: counters never retry (a retried
                 # batch could count twice), locks retry only a ConnectionError
                 counter_client = connect(redis_url)
                 stack.push_async_callback(counter_client.aclose)
+                await check_redis_durability(counter_client)  # and fail early if unreachable
                 lock_client = make_redis_client(redis_url)
                 stack.push_async_callback(lock_client.aclose)
                 counters = RedisCounterStore(counter_client)

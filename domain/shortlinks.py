@@ -132,7 +132,7 @@ class ShortLinks:
         self.clicks = (
             None
             if clicks is None
-            else Counter(clicks, engine, name="clicks", column=short_links.c.clicks)
+            else Counter(clicks, engine, name="clicks", column=short_links.c.clicks, bus=bus)
         )
 
     def __repr__(self) -> str:

@@ -14,6 +14,7 @@ the bus's grace period, runs in progress the scheduler's, and pending counts are
 ``POST /orders/{id}/pay``          emits ``order.paid`` from ``{"user_id", "amount"}`` (a
                                    positive decimal string, at most 2 places, below 10**12)
 ``GET /healthz``                   200 while the bus and the scheduler run, with statistics
+                                   (bus, scheduler, and counters: losses of Redis data)
 ``GET /admin/failures``            the failure table (``status``, ``event``, ``listener``,
                                    ``limit``); bearer token
 ``POST /admin/tasks/{name}/run``   run a scheduled job now (same lock, run record); bearer token
@@ -270,11 +271,16 @@ async def healthz(request: Request) -> Response:
     app: App | None = getattr(request.app.state, "domain", None)
     if app is None or not app.bus.running:
         return _error(503, "not_running", "the application is starting or stopping")
+    clicks = app.links.clicks
     return JSONResponse(
         {
             "status": "ok",
             "bus": dataclasses.asdict(app.bus.statistics()),
             "scheduler": dataclasses.asdict(app.scheduler.statistics()),
+            "counters": {
+                "views": dataclasses.asdict(app.views.statistics()),
+                "clicks": None if clicks is None else dataclasses.asdict(clicks.statistics()),
+            },
         }
     )
 

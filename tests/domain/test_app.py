@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import anyio
 import pytest
@@ -80,3 +82,18 @@ async def test_views_still_queued_on_the_bus_at_exit_reach_the_view_window(
         assert await app.views.counts(1) == {1: 50}
         await app.bus.failures.flush()
         assert await app.bus.failures.query(limit=None) == []
+
+
+async def test_embedded_with_redis_warns_once_at_start_when_redis_can_lose_counts(
+    tmp_path: Path, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The session's redis-server has no persistence: one WARNING, at start, not per use."""
+    with caplog.at_level(logging.WARNING, "domain"), anyio.fail_after(20):
+        async with App.embedded(tmp_path / "a.db", redis_url=redis_url) as app:
+            await app.bus.emit_async(ArticleViewed(article_id=1, viewer_key="v"))
+            await app.scheduler.trigger("flush_views")
+            await app.scheduler.trigger("flush_clicks")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("Redis at 127.0.0.1:")
+    assert "can lose pending counts and locks: no persistence" in warnings[0]

@@ -112,6 +112,8 @@ async def test_lifespan_starts_the_domain_and_drains_it_on_shutdown(config: WebC
     assert body["status"] == "ok"
     assert body["bus"]["running"] is True
     assert body["scheduler"]["jobs"] == 4
+    no_loss = {"buffered": 0, "lost": 0, "store_losses": 0, "lost_in_store": 0}
+    assert body["counters"] == {"views": no_loss, "clicks": no_loss}
     assert not running.bus.running
     assert not hasattr(app.state, "domain")
     assert sorted(effects) == [1, 2, 3]
