@@ -30,7 +30,6 @@ included; a body over 16 KiB is a 413.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
@@ -490,35 +489,7 @@ def _run_json(run: RunRecord) -> dict[str, Any]:
 
 # -- serving -------------------------------------------------------------------------------------
 
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m domain.web``: serve the application with uvicorn (loopback by default)."""
-    import uvicorn
-
-    parser = argparse.ArgumentParser(
-        prog="python -m domain.web",
-        description="Serve the domain web application with uvicorn; EVENTBUS_ADMIN_TOKEN "
-        "enables the /admin routes.",
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="interface (default: loopback)")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--db", type=Path, help="SQLite file (default: $EVENTBUS_WEB_DB)")
-    parser.add_argument("--redis", metavar="URL", help="counters and locks in Redis at URL")
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
-    )
-    overrides: dict[str, Any] = {}
-    if args.db is not None:
-        overrides["db"] = args.db
-    if args.redis is not None:
-        overrides["redis_url"] = args.redis
-    config = WebConfig.from_env(**overrides)
-    if not config.admin_enabled:
-        logger.warning("EVENTBUS_ADMIN_TOKEN is not set: the /admin routes are disabled")
-    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="info")
-    return 0
-
+from ._cli import serve as main  # noqa: E402  (python -m domain.web; after the app it serves)
 
 if __name__ == "__main__":
     raise SystemExit(main())
