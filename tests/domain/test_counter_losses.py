@@ -7,7 +7,6 @@ with SIGKILL (a crash: nothing saved) and start it again on the same port, empty
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -34,10 +33,9 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[Redis]:
-    client = connect(redis_url, socket_timeout=2.0)
-    yield client
-    await client.aclose()
+def client(redis_client: Redis) -> Redis:
+    """The counters' client of ``tests/domain/conftest.py``, under a short name."""
+    return redis_client
 
 
 @pytest.fixture
