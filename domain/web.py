@@ -489,7 +489,14 @@ def _run_json(run: RunRecord) -> dict[str, Any]:
 
 # -- serving -------------------------------------------------------------------------------------
 
-from ._cli import serve as main  # noqa: E402  (python -m domain.web; after the app it serves)
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m domain.web``: serve the application with uvicorn (loopback by default);
+    configuration, database and Redis are checked first, each error one line."""
+    from ._cli import serve
+
+    return serve(argv)
+
 
 if __name__ == "__main__":
     raise SystemExit(main())
