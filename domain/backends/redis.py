@@ -269,11 +269,17 @@ class RedisCounterStore:
     async def _observe(
         self, counter: str, epoch: str, lost: int, pending: int, staged: int
     ) -> None:
-        """Remember the marker and totals of a reply; report a loss the reply revealed."""
+        """Remember the marker and totals of a reply; report a loss the reply revealed.
+
+        Scripts sent together before the first reply all find the marker gone; the first reply
+        to come back reports the loss (its marker is then the known one), the others do not.
+        """
         if epoch == self._fresh_epoch:  # ours is written now: another loss needs another one
             self._fresh_epoch = uuid.uuid4().hex
-        if lost:
-            before = self._seen.get(counter)
+        known, before = self._epochs.get(counter), self._seen.get(counter)
+        self._epochs[counter] = epoch
+        self._seen[counter] = (int(pending), int(staged), datetime.now(UTC))
+        if lost and epoch != known:
             loss = StoreLoss(
                 counter=counter,
                 pending=0 if before is None else before[0],
@@ -284,8 +290,6 @@ class RedisCounterStore:
             self._report(loss)
         elif self._run_id is None:
             self._run_id = await self._server_run_id()  # once: to tell a restart from a flush
-        self._epochs[counter] = epoch
-        self._seen[counter] = (int(pending), int(staged), datetime.now(UTC))
 
     async def _server_run_id(self) -> str:
         try:

@@ -109,6 +109,26 @@ async def test_a_restart_that_took_pending_views_is_logged_counted_and_emitted(
         assert await views.counts() == {1: 0, 2: 0, 3: 2}
 
 
+async def test_concurrent_writes_after_a_restart_report_the_loss_once(
+    seeded: AsyncEngine, client: Redis, redis_server: RedisServer
+) -> None:
+    """Each of 20 scripts sent before the first reply came back finds the marker it knew
+    gone; the loss is still one loss."""
+    views, bus = watched_views(RedisCounterStore(client), seeded)
+    lost = RecordingListener()
+    bus.on(CountsLost, lost)
+    with anyio.fail_after(20):
+        for v in range(7):
+            await views.view(1, f"v{v}")
+        crash_and_restart(redis_server)
+        await reconnect(client)
+        async with anyio.create_task_group() as tg:
+            for v in range(20):
+                tg.start_soon(views.view, 2, f"after-{v}")
+    assert len(lost.events) == 1
+    assert views.statistics().lost_in_store == 7
+
+
 async def test_a_restart_between_stage_and_apply_reports_the_staged_counts(
     seeded: AsyncEngine, client: Redis, redis_server: RedisServer
 ) -> None:
