@@ -123,7 +123,8 @@ def _not_the_planned_failure(record: logging.LogRecord) -> bool:
     """The bus logs a captured failure with its traceback; the demo shows its planned one
     itself, in one line (:class:`_FailureLines`). Any other failure is logged in full."""
     exc = record.exc_info[1] if record.exc_info else None
-    return not (record.name == "eventbus" and isinstance(exc, MailDeliveryError))
+    from_the_bus = record.name == "eventbus" or record.name.startswith("eventbus.")
+    return not (from_the_bus and isinstance(exc, MailDeliveryError))
 
 
 async def _scenario(app: App, seconds: float, shown: _FailureLines) -> None:
