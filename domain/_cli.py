@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -166,7 +167,9 @@ def serve(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--redis", metavar="URL", help="counters and locks in Redis at URL")
     args = parser.parse_args(argv)
-    return run_cli(functools.partial(_serve, args), db=args.db, redis_url=args.redis)
+    db = args.db or os.environ.get("EVENTBUS_WEB_DB")  # what WebConfig.from_env reads: named
+    redis_url = args.redis or os.environ.get("EVENTBUS_REDIS_URL") or None  # in an error
+    return run_cli(functools.partial(_serve, args), db=db, redis_url=redis_url)
 
 
 def _serve(args: argparse.Namespace) -> int:
