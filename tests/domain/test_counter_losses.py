@@ -64,11 +64,16 @@ async def reconnect(*clients: Redis) -> None:
                 continue
 
 
-def watched_views(store: RedisCounterStore, engine: AsyncEngine) -> tuple[ArticleViews, EventBus]:
+def watched_views(
+    store: RedisCounterStore, engine: AsyncEngine
+) -> tuple[ArticleViews, RecordingListener]:
+    """Views counted from a bus, and what that bus saw of ``counts.lost``."""
     bus = EventBus(registry=catalog)
     views = ArticleViews(store, engine)
     views.attach(bus)
-    return views, bus
+    lost = RecordingListener()
+    bus.on(CountsLost, lost)
+    return views, lost
 
 
 async def test_a_restart_that_took_pending_views_is_logged_counted_and_emitted(
@@ -78,9 +83,7 @@ async def test_a_restart_that_took_pending_views_is_logged_counted_and_emitted(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Regression test: 65 views pending at a Redis crash were gone and nothing said so."""
-    views, bus = watched_views(RedisCounterStore(client), seeded)
-    lost = RecordingListener()
-    bus.on(CountsLost, lost)
+    views, lost = watched_views(RedisCounterStore(client), seeded)
     with anyio.fail_after(20):
         for v in range(40):
             await views.view(1, f"v{v}")
@@ -114,9 +117,7 @@ async def test_concurrent_writes_after_a_restart_report_the_loss_once(
 ) -> None:
     """Each of 20 scripts sent before the first reply came back finds the marker it knew
     gone; the loss is still one loss."""
-    views, bus = watched_views(RedisCounterStore(client), seeded)
-    lost = RecordingListener()
-    bus.on(CountsLost, lost)
+    views, lost = watched_views(RedisCounterStore(client), seeded)
     with anyio.fail_after(20):
         for v in range(7):
             await views.view(1, f"v{v}")
@@ -133,9 +134,7 @@ async def test_a_restart_between_stage_and_apply_reports_the_staged_counts(
     seeded: AsyncEngine, client: Redis, redis_server: RedisServer
 ) -> None:
     store = RedisCounterStore(client)
-    views, bus = watched_views(store, seeded)
-    lost = RecordingListener()
-    bus.on(CountsLost, lost)
+    views, lost = watched_views(store, seeded)
     with anyio.fail_after(20):
         for v in range(10):
             await views.view(1, f"v{v}")
