@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint bench servers clean
+.PHONY: demo test lint bench servers screenshots clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,13 +14,16 @@ $(STAMP): pyproject.toml
 	touch $@
 
 # Throwaway redis-server and PostgreSQL servers are started by the test session itself
-# (tests/conftest.py, on free loopback ports); this only makes sure the binaries are there,
+# (tests/conftest.py, on free loopback ports), and the console's browser tests drive Debian's
+# headless Chromium through chromedriver; this only makes sure the binaries are there,
 # installing Debian's packages when missing (CI runs as root on a fresh machine).
 PG_BIN := /usr/lib/postgresql/15/bin
 servers:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	test -x $(PG_BIN)/initdb || missing="$$missing postgresql-15"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian's packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -39,6 +42,10 @@ lint: $(STAMP)
 
 test: $(STAMP) servers lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# The README's screenshots of the console (docs/console-*.png), taken by its browser tests.
+screenshots: $(STAMP) servers
+	EVENTBUS_SCREENSHOTS=docs $(BIN)/python -m pytest -q -p no:cacheprovider tests/domain/test_console_browser.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py

@@ -149,11 +149,12 @@ def run_cli(body: Callable[[], int], *, db: str | Path | None, redis_url: str | 
         return 128 + 2
 
 
-def serve(argv: list[str] | None = None) -> int:
+def serve(argv: list[str] | None = None, *, overrides: dict[str, Any] | None = None) -> int:
     """``python -m domain.web``: serve the application with uvicorn (loopback by default).
 
     The configuration, the database and Redis are checked first, so that their errors are
-    one line (an error in the lifespan, under uvicorn, is a traceback).
+    one line (an error in the lifespan, under uvicorn, is a traceback). *overrides* go to
+    :meth:`WebConfig.from_env` (the web demo sets its console token and seed this way).
     """
     parser = argparse.ArgumentParser(
         prog="python -m domain.web",
@@ -169,19 +170,21 @@ def serve(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     db = args.db or os.environ.get("EVENTBUS_WEB_DB")  # what WebConfig.from_env reads: named
     redis_url = args.redis or os.environ.get("EVENTBUS_REDIS_URL") or None  # in an error
-    return run_cli(functools.partial(_serve, args), db=db, redis_url=redis_url)
+    serving = functools.partial(_serve, args, dict(overrides or {}))
+    return run_cli(serving, db=db, redis_url=redis_url)
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _serve(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
     import anyio
     import uvicorn
+
+    from eventbus.console import LoginSecretError
 
     from .web import WebConfig, create_app
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
     )
-    overrides: dict[str, Any] = {}
     if args.db is not None:
         overrides["db"] = args.db
     if args.redis is not None:
@@ -193,7 +196,15 @@ def _serve(args: argparse.Namespace) -> int:
     anyio.run(check_reachable, config.db, config.redis_url, backend="asyncio")
     if not config.admin_enabled:
         logger.warning("EVENTBUS_ADMIN_TOKEN is not set: the /admin routes are disabled")
-    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="info")
+    try:
+        web = create_app(config)
+    except LoginSecretError as exc:
+        raise InputError(f"EVENTBUS_CONSOLE_TOKEN: {exc}") from None
+    if config.console_token is None:
+        logger.warning("EVENTBUS_CONSOLE_TOKEN is not set: the /ops console is disabled")
+    else:
+        logger.info("the operator console is at http://%s:%d/ops", args.host, args.port)
+    uvicorn.run(web, host=args.host, port=args.port, log_level="info")
     return 0
 
 

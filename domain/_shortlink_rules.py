@@ -37,8 +37,8 @@ _CODE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 DEFAULT_RESERVED = frozenset(
     {
         "about", "admin", "api", "articles", "assets", "auth", "favicon.ico", "health",
-        "healthz", "help", "links", "login", "logout", "metrics", "new", "orders", "robots.txt",
-        "settings", "signup", "static", "status", "www",
+        "healthz", "help", "links", "login", "logout", "metrics", "new", "ops", "orders",
+        "robots.txt", "settings", "signup", "static", "status", "www",
     }
 )  # fmt: skip
 

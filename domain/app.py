@@ -32,6 +32,7 @@ from .events import catalog
 from .listeners import ExampleListeners
 from .publishing import PUBLISH_CRON, Publisher
 from .shortlinks import ShortLinks
+from .view_history import ViewHistory
 from .views import ArticleViews
 
 __all__ = ["App", "Schedules"]
@@ -92,6 +93,7 @@ class App:
         self.listeners.attach(self.bus)
         self.views = ArticleViews(counters, engine, window=view_window)
         self.views.attach(self.bus)
+        self.view_history = ViewHistory(engine)
         self.links = ShortLinks(engine, bus=self.bus, clicks=counters, watermark=refill_watermark)
         self.links.attach(self.bus)
         self.publisher = Publisher(engine, bus=self.bus, min_lead=min_lead)
@@ -117,6 +119,7 @@ class App:
         report = await self.views.flush()
         if report.total:
             logger.info("flushed %d views of %d articles", report.total, report.items)
+            await self.view_history.sample()  # for the console's views-over-time chart
 
     async def _flush_clicks(self, run: RunContext) -> None:
         report = await self.links.flush_clicks()

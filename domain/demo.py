@@ -209,16 +209,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="scheduler run time")
     parser.add_argument("-v", "--verbose", action="store_true", help="log INFO lines")
     parser.add_argument(
-        "--web", action="store_true", help="serve domain.web on 127.0.0.1 instead of the script"
+        "--web",
+        action="store_true",
+        help="serve domain.web and its console on 127.0.0.1 with demo data, instead of the script",
     )
     args = parser.parse_args(argv)
     if args.web:
-        from .web import main as serve
+        from .web_demo import serve_demo
 
-        forwarded = [] if args.db is None else ["--db", args.db]
-        if args.redis is not None:
-            forwarded += ["--redis", args.redis]
-        return serve(forwarded)
+        return serve_demo(args.db, args.redis)
     handler = logging.StreamHandler()
     handler.addFilter(_not_the_planned_failure)
     logging.basicConfig(

@@ -18,6 +18,8 @@ the bus's grace period, runs in progress the scheduler's, and pending counts are
 ``GET /admin/failures``            the failure table (``status``, ``event``, ``listener``,
                                    ``limit``); bearer token
 ``POST /admin/tasks/{name}/run``   run a scheduled job now (same lock, run record); bearer token
+``/ops/...``                       the operator console (HTML; see :mod:`domain.console`),
+                                   when a console token is configured
 =================================  ===========================================================
 
 The admin routes exist only when an admin token is configured; without one they are 404. A
@@ -48,7 +50,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Mount, Route
 
 from eventbus import FailureRecord, FailureStatus
 from scheduler import JobLookupError, RunRecord
@@ -92,6 +94,11 @@ class WebConfig:
     :param public_url: base of the ``short_url`` in responses (default: the request's base URL)
     :param refill_on_start: top the code pool up at startup (the refill job runs daily)
     :param app_options: passed to :meth:`App.embedded` (``schedules``, ``refill_watermark``...)
+    :param console_token: the login token of the operator console at ``/ops`` (at least 16
+        characters); ``None`` or empty: no console
+    :param console_read_only: the console shows everything and allows no action
+    :param on_start: awaited with the running :class:`App` before the first request (the demo
+        seeds its data this way)
     """
 
     db: str | Path = "eventbus-web.db"
@@ -101,8 +108,13 @@ class WebConfig:
     public_url: str | None = None
     refill_on_start: bool = True
     app_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    console_token: str | None = dataclasses.field(default=None, repr=False)
+    console_read_only: bool = False
+    on_start: Callable[[App], Awaitable[None]] | None = None
 
     def __post_init__(self) -> None:
+        if self.console_token is not None and self.console_token.strip() == "":
+            object.__setattr__(self, "console_token", None)
         token = self.admin_token
         if token is None or token == "":
             object.__setattr__(self, "admin_token", None)
@@ -117,12 +129,15 @@ class WebConfig:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides: Any) -> WebConfig:
         """``EVENTBUS_WEB_DB``, ``EVENTBUS_REDIS_URL``, ``EVENTBUS_ADMIN_TOKEN``,
-        ``EVENTBUS_PUBLIC_URL``; keyword arguments win over the environment."""
+        ``EVENTBUS_PUBLIC_URL``, ``EVENTBUS_CONSOLE_TOKEN``, ``EVENTBUS_CONSOLE_READ_ONLY``
+        (``1``: read-only); keyword arguments win over the environment."""
         values: dict[str, Any] = {
             "db": environ.get("EVENTBUS_WEB_DB", "eventbus-web.db"),
             "redis_url": environ.get("EVENTBUS_REDIS_URL") or None,
             "admin_token": environ.get("EVENTBUS_ADMIN_TOKEN") or None,
             "public_url": environ.get("EVENTBUS_PUBLIC_URL") or None,
+            "console_token": environ.get("EVENTBUS_CONSOLE_TOKEN") or None,
+            "console_read_only": environ.get("EVENTBUS_CONSOLE_READ_ONLY", "") == "1",
         }
         values.update(overrides)
         return cls(**values)
@@ -145,6 +160,8 @@ def create_app(config: WebConfig | None = None) -> Starlette:
             if cfg.refill_on_start and await app.links.idle_codes() == 0:
                 await app.scheduler.trigger("refill_pool")
             web.state.domain = app
+            if cfg.on_start is not None:
+                await cfg.on_start(app)
             logger.info("serving on %r (admin routes %s)", app, _on_off(cfg.admin_enabled))
             try:
                 yield
@@ -165,6 +182,13 @@ def create_app(config: WebConfig | None = None) -> Starlette:
             Route("/admin/failures", _admin(token, list_failures), methods=["GET"]),
             Route("/admin/tasks/{name}/run", _admin(token, run_task), methods=["POST"]),
         ]
+    if cfg.console_token is not None:
+        from .console import ConsoleMount
+
+        console = ConsoleMount(
+            public_url=cfg.public_url, secret=cfg.console_token, read_only=cfg.console_read_only
+        )
+        routes.append(Mount("/ops", console))
     routes.append(Route("/{code}", follow_link, methods=["GET"]))
     web = Starlette(
         routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error}

@@ -16,7 +16,7 @@ from markupsafe import Markup, escape
 __all__ = ["Bar", "bar_chart", "line_chart", "time_buckets"]
 
 WIDTH, HEIGHT = 640, 200
-LEFT, RIGHT, TOP, BOTTOM = 44, 8, 10, 34
+LEFT, RIGHT, TOP, BOTTOM = 44, 8, 10, 20
 #: fills by series name; others take the palette in order
 COLORS = {
     "pending": "#d97706",
@@ -85,6 +85,8 @@ def _frame(label: str, top: float, unit: str) -> list[str]:
         f"<title>{escape(label)}</title>",
     ]
     for frac in (0, 0.5, 1):
+        if frac == 0.5 and top % 2:
+            continue  # an odd count has no whole half: no line for 0.5
         y = TOP + inner_h * (1 - frac)
         parts.append(
             f'<line x1="{LEFT}" x2="{LEFT + inner_w}" y1="{y:.1f}" y2="{y:.1f}" '
@@ -97,18 +99,15 @@ def _frame(label: str, top: float, unit: str) -> list[str]:
     return parts
 
 
-def _legend(names: Sequence[str]) -> list[str]:
-    parts: list[str] = []
-    x: float = LEFT
-    for name in names:
-        parts.append(
-            f'<rect x="{x}" y="{HEIGHT - 12}" width="10" height="10" '
-            f'fill="{_color(name, names)}"/>'
-            f'<text x="{x + 14}" y="{HEIGHT - 3}" font-size="11" fill="#374151">'
-            f"{escape(name)}</text>"
-        )
-        x += 24 + 7 * len(name)
-    return parts
+def _figure(svg: list[str], names: Sequence[str]) -> Markup:
+    """The chart and its legend, in HTML so that long names wrap on a narrow screen."""
+    items = "".join(
+        f'<li><svg width="10" height="10" aria-hidden="true"><rect width="10" height="10" '
+        f'fill="{_color(name, names)}"/></svg> {escape(name)}</li>'
+        for name in names
+    )
+    legend = f'<ul class="legend">{items}</ul>' if names else ""
+    return Markup(f'<figure class="chart">{"".join(svg)}{legend}</figure>')
 
 
 def bar_chart(bars: Sequence[Bar], *, label: str, unit: str = "") -> Markup:
@@ -147,15 +146,19 @@ def bar_chart(bars: Sequence[Bar], *, label: str, unit: str = "") -> Markup:
                 f'<text x="{x + width / 2:.1f}" y="{TOP + inner_h + 13}" text-anchor="middle" '
                 f'font-size="11" fill="#374151">{escape(bar.label)}</text>'
             )
-    parts += _legend(names)
     parts.append("</svg>")
-    return Markup("".join(parts))
+    return _figure(parts, names)
 
 
 def line_chart(
-    series: Mapping[str, Sequence[tuple[datetime, float]]], *, label: str, unit: str = ""
+    series: Mapping[str, Sequence[tuple[datetime, float]]],
+    *,
+    label: str,
+    unit: str = "",
+    end: datetime | None = None,
 ) -> Markup:
-    """One line per series over a shared time axis, a dot (with its tooltip) per point."""
+    """One line per series over a shared time axis, a dot (with its tooltip) per point; with
+    *end*, each line goes on at its last value up to *end* (a total that has not moved)."""
     names = sorted(series)
     points = [p for name in names for p in series[name]]
     top = _nice_max(max((v for _, v in points), default=0))
@@ -163,17 +166,18 @@ def line_chart(
     inner_w, inner_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     if points:
         t0 = min(t for t, _ in points)
-        t1 = max(t for t, _ in points)
-        span = (t1 - t0).total_seconds() or 1.0
+        t1 = max([t for t, _ in points] + ([end] if end is not None else []))
+        span = (t1 - t0).total_seconds()
 
         def xy(at: datetime, value: float) -> tuple[float, float]:
-            x = LEFT + inner_w * (at - t0).total_seconds() / span
-            return x, TOP + inner_h * (1 - value / top)
+            frac = (at - t0).total_seconds() / span if span else 0.5
+            return LEFT + inner_w * frac, TOP + inner_h * (1 - value / top)
 
         for name in names:
             color = _color(name, names)
             coords = [xy(t, v) for t, v in sorted(series[name])]
-            path = " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)
+            line = coords + ([xy(t1, sorted(series[name])[-1][1])] if end is not None else [])
+            path = " ".join(f"{x:.1f},{y:.1f}" for x, y in line)
             parts.append(
                 f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>'
             )
@@ -183,12 +187,11 @@ def line_chart(
                     f"{escape(name)}: {v:g}{escape(unit)} at {t:%Y-%m-%d %H:%M:%S} UTC"
                     "</title></circle>"
                 )
-        for at, anchor in ((t0, "start"), (t1, "end")):
+        for at, anchor in ((t0, "start"), (t1, "end")) if span else ((t0, "middle"),):
             x, _ = xy(at, 0)
             parts.append(
                 f'<text x="{x:.1f}" y="{TOP + inner_h + 13}" text-anchor="{anchor}" '
                 f'font-size="11" fill="#374151">{at:%H:%M:%S}</text>'
             )
-    parts += _legend(names)
     parts.append("</svg>")
-    return Markup("".join(parts))
+    return _figure(parts, names)
