@@ -49,12 +49,12 @@ async def a_failure(bus: EventBus) -> str:
 
 
 def view_paths(bus: EventBus, failure_id: str) -> list[str]:
-    paths = ["/ops/", "/ops/actions"]
-    for page in bus_pages(bus):
-        for route in page.routes():
-            if isinstance(route, View):
-                paths.append(f"/ops/{page.slug}{route.path.replace('{failure_id}', failure_id)}")
-    return paths
+    return ["/ops/", "/ops/actions"] + [
+        f"/ops/{page.slug}{route.path.replace('{failure_id}', failure_id)}"
+        for page in bus_pages(bus)
+        for route in page.routes()
+        if isinstance(route, View)
+    ]
 
 
 def action_paths(bus: EventBus, failure_id: str) -> list[str]:
