@@ -115,6 +115,7 @@ class LinksPage:
         return Done(
             f"Created {self._base(request)}/{link.code} → {link.url} ({link.source}).",
             target=link.code,
+            back=request.url("/links"),
         )
 
 
@@ -191,13 +192,18 @@ class ArticlesPage:
         return Done(
             f"Article {article_id} will be published at {at:%Y-%m-%d %H:%M} UTC.",
             target=str(article_id),
+            back=request.url("/articles"),
         )
 
     async def cancel(self, request: PageRequest) -> Done:
         article_id = self._article_id(request)
         if not await self.app.publisher.cancel(article_id):
             raise ActionError(f"Article {article_id} has no scheduled publication to cancel.")
-        return Done(f"Cancelled the publication of article {article_id}.", target=str(article_id))
+        return Done(
+            f"Cancelled the publication of article {article_id}.",
+            target=str(article_id),
+            back=request.url("/articles"),
+        )
 
 
 def domain_pages(app: App, *, public_url: str | None = None) -> list[ConsolePage]:
