@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from domain import App
+from domain import App, Schedules
 from domain.web import WebConfig, create_app
 from domain.web_demo import seed
 from tests.console_support import TOKEN, LiveServer, chromium
@@ -50,7 +50,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, invoicer: Invoicer) -> Iter
         db=db,
         console_token=TOKEN,
         on_start=on_start,
-        app_options={"refill_watermark": 20},
+        app_options={"refill_watermark": 20, "schedules": Schedules.fast()},  # as the web demo
     )
     with LiveServer(create_app(config)) as live:
         yield live

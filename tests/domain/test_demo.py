@@ -10,11 +10,13 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
-import domain.web
+import domain._cli
+import domain.web_demo
 from domain.demo import main, run_demo
 
 
@@ -63,28 +65,42 @@ async def test_demo_with_redis(
 @pytest.mark.parametrize(
     ("argv", "forwarded"),
     [
-        pytest.param(["--web"], [], id="plain"),
-        pytest.param(["--web", "--db", "w.db"], ["--db", "w.db"], id="db"),
+        pytest.param(["--web"], ["--port", "8000", "--db", "<tmp>/demo.db"], id="plain"),
+        pytest.param(["--web", "--db", "w.db"], ["--port", "8000", "--db", "w.db"], id="db"),
         pytest.param(
             ["--web", "--redis", "redis://127.0.0.1:6390/0"],
-            ["--redis", "redis://127.0.0.1:6390/0"],
+            ["--port", "8000", "--redis", "redis://127.0.0.1:6390/0", "--db", "<tmp>/demo.db"],
             id="redis",
         ),
     ],
 )
 def test_web_demo_forwards_db_and_redis(
-    monkeypatch: pytest.MonkeyPatch, argv: list[str], forwarded: list[str]
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    forwarded: list[str],
 ) -> None:
-    """Regression test: ``python -m domain --web --redis URL`` served without Redis."""
-    served: list[list[str] | None] = []
+    """Regression test: ``python -m domain --web --redis URL`` served without Redis. The web
+    demo also turns the console on (with the printed token) and seeds the demo data."""
+    served: list[tuple[list[str] | None, dict[str, Any]]] = []
 
-    def serve(args: list[str] | None = None) -> int:  # domain.web.main, without uvicorn
-        served.append(args)
+    def serve(args: list[str] | None = None, *, overrides: dict[str, Any]) -> int:
+        served.append((args, overrides))  # domain._cli.serve, without uvicorn
         return 0
 
-    monkeypatch.setattr(domain.web, "main", serve)
+    monkeypatch.delenv("EVENTBUS_CONSOLE_TOKEN", raising=False)
+    monkeypatch.setattr(domain._cli, "serve", serve)
     assert main(argv) == 0
-    assert served == [forwarded]
+    [(args, overrides)] = served
+    assert args is not None
+    shown = [re.sub(r".*/eventbus-web-demo-[^/]+", "<tmp>", a) for a in args]
+    assert shown == forwarded
+    token = overrides["console_token"]
+    assert len(token) >= 16
+    assert (
+        f"operator console: http://127.0.0.1:8000/ops  (token: {token})" in capsys.readouterr().out
+    )
+    assert overrides["on_start"] is domain.web_demo.seed
 
 
 def start_demo(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
