@@ -50,6 +50,9 @@ __all__ = ["Scheduler", "SchedulerStatistics"]
 
 logger = logging.getLogger("scheduler")
 
+#: seconds between attempts to settle a lock whose backend did not answer
+SETTLE_RETRY = 0.1
+
 
 @dataclass(frozen=True, slots=True)
 class SchedulerStatistics:
@@ -118,6 +121,8 @@ class Scheduler(JobRegistry):
         self._loop_scope: anyio.CancelScope | None = None
         self._quiet: anyio.Event | None = None
         self._busy = 0
+        self._unsettled = anyio.Event()
+        self._settling = False
         self._muted: set[type[Event]] = set()
         self._prepare_bus()
         self._runner = Runner(
@@ -127,6 +132,7 @@ class Scheduler(JobRegistry):
             emit=self._emit,
             replica=self.replica,
             claim_ttl=max(60.0, misfire_grace * 2),
+            unsure=self._unsettled.set,
         )
 
     def __repr__(self) -> str:
@@ -317,13 +323,34 @@ class Scheduler(JobRegistry):
         self._tg = tg
         self._loop_scope = anyio.CancelScope()
         self._quiet = None
+        self._unsettled = anyio.Event()
+        self._runner.unsure = self._unsettled.set
+        if getattr(self.lock, "unsettled", 0):  # left by an earlier run of this scheduler
+            self._unsettled.set()
         try:
             await tg.start(self._run_loop)
+            tg.start_soon(self._settle_loop)
         except BaseException:
             self._tg = None
             await tg.__aexit__(None, None, None)
             raise
         return self
+
+    async def _settle_loop(self) -> None:
+        """After a lock call whose outcome is unknown, settle the lock until it reports
+        nothing left, so that a lock taken by an unanswered command is voided as soon as
+        the backend answers again (not at the lock's next use, nor after its TTL)."""
+        settle: Callable[[], Awaitable[int]] | None = getattr(self.lock, "settle", None)
+        if settle is None:
+            return
+        while True:
+            await self._unsettled.wait()
+            self._unsettled = anyio.Event()
+            self._runner.unsure = self._unsettled.set
+            self._settling = True
+            while await settle():
+                await self.clock.sleep(SETTLE_RETRY)
+            self._settling = False
 
     async def _run_loop(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         assert self._loop_scope is not None
@@ -345,6 +372,11 @@ class Scheduler(JobRegistry):
             grace_ends = self.clock.now() + timedelta(seconds=self.shutdown_grace)
             with anyio.CancelScope(shield=True), anyio.move_on_after(self.shutdown_grace):
                 await call_before(self.clock, grace_ends, self.wait_idle)
+        settle: Callable[[], Awaitable[int]] | None = getattr(self.lock, "settle", None)
+        if settle is not None and (self._settling or self._unsettled.is_set()):
+            # one last, short attempt; what is still unresolved after it expires by its TTL
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                await settle()
         tg.cancel_scope.cancel()
         try:
             return await tg.__aexit__(exc_type, exc, tb)

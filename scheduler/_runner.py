@@ -74,6 +74,7 @@ class Runner:
         emit: Callable[[Event], None],
         replica: str,
         claim_ttl: float,
+        unsure: Callable[[], None] = lambda: None,
     ) -> None:
         self.lock = lock
         self.runs = runs
@@ -81,6 +82,8 @@ class Runner:
         self.emit = emit
         self.replica = replica
         self.claim_ttl = claim_ttl
+        #: told when a lock call failed: its outcome is unknown, the lock may need settling
+        self.unsure = unsure
         self.counters = RunCounters()
 
     async def skip(self, base: RunRecord, reason: str, detail: str) -> RunRecord:
@@ -151,13 +154,14 @@ class Runner:
                 lease = await self.lock.acquire(name, ttl=lock_ttl)
             except Exception as exc:
                 logger.exception("job %r: the lock backend failed", name)
+                self.unsure()
                 return await self.skip(base, "lock-error", f"{type(exc).__name__}: {exc}")
             if lease is None:
-                return await self.skip(base, "locked", "another run holds the job's lock")
+                return await self.skip(base, "locked", await self._held_by(name))
         try:
             if not current():
                 if lease is not None:
-                    await _quietly(lease.release())
+                    await self._release_quietly(name, lease)
                 return await self.skip(
                     base, "removed", "the job was removed or replaced before this run started"
                 )
@@ -168,8 +172,27 @@ class Runner:
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 if lease is not None:
-                    await _quietly(lease.release())
+                    await self._release_quietly(name, lease)
             raise
+
+    async def _held_by(self, name: str) -> str:
+        """The ``locked`` skip's detail, naming the holder when the lock can tell."""
+        detail = "another run holds the job's lock"
+        holder = getattr(self.lock, "holder", None)
+        if holder is None:
+            return detail
+        try:
+            who = await holder(name)
+        except Exception as exc:
+            return f"{detail} (its holder could not be read: {type(exc).__name__}: {exc})"
+        return f"{detail} (held by {who!r})" if who else f"{detail} (released since)"
+
+    async def _release_quietly(self, name: str, lease: Lease) -> None:
+        try:
+            await lease.release()
+        except Exception:
+            logger.exception("job %r: could not release the lock of a run that ended", name)
+            self.unsure()
 
     async def _run_locked(
         self,
@@ -359,7 +382,12 @@ class Runner:
                 if not await lease.release():
                     lost = "released after the lock expired or another owner took it"
             except Exception:
-                logger.exception("job %r: could not release its lock; it expires by TTL", ctx.name)
+                logger.exception(
+                    "job %r: could not release its lock; released once the lock backend "
+                    "answers, else it expires by TTL",
+                    ctx.name,
+                )
+                self.unsure()
         if lost is not None:
             record = await self._alarm(record, lost, renewing=control.renewing)
         return record

@@ -60,6 +60,10 @@ class Lock(Protocol):
       (name, fire time) within ``ttl`` seconds; this is what makes one scheduled fire run
       once even when the first replica's run ended before the second one woke.
     * A lock bounds concurrency; it does not guarantee that a run finishes.
+    * Optional: ``async holder(name) -> str | None``, who holds the lock now (named in the
+      ``locked`` skip); ``async settle() -> int``, void what calls whose outcome was unknown
+      (a lost reply) may have taken, and return how many remain unresolved. The scheduler
+      calls ``settle()`` in the background after a lock error until it returns 0.
     """
 
     async def acquire(self, name: str, *, ttl: float) -> Lease | None: ...
