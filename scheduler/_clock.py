@@ -179,8 +179,11 @@ async def _settle() -> None:
     import asyncio
 
     this = asyncio.current_task()
+    loop = asyncio.get_running_loop()
     for _ in range(100_000):
         await asyncio.sleep(0)
+        if loop._ready:  # type: ignore[attr-defined]
+            continue  # callbacks about to run: a wake-up, or a cancellation being delivered
         for task in asyncio.all_tasks():
             if task is this:
                 continue
