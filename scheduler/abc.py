@@ -80,6 +80,8 @@ class RunStore(Protocol):
       failed or was abandoned, else ``None``.
     * ``abandon_stale(task, now)`` marks the task's ``running`` rows whose ``expires_at`` is
       before ``now`` as ``abandoned`` and returns how many.
+    * ``last_scheduled(task)`` is the latest ``scheduled_at`` of the task's records, whatever
+      their status (catch-up after downtime starts after it), or ``None``.
     * Queries return newest first.
     """
 
@@ -94,6 +96,8 @@ class RunStore(Protocol):
     async def resume_cursor(self, task_name: str) -> Any: ...
 
     async def abandon_stale(self, task_name: str, now: datetime) -> int: ...
+
+    async def last_scheduled(self, task_name: str) -> datetime | None: ...
 
     async def get(self, run_id: str) -> RunRecord | None: ...
 
@@ -110,6 +114,12 @@ class RunStore(Protocol):
 
 @runtime_checkable
 class JobSource(Protocol):
-    """**Protocol:** where job definitions kept as data come from at start."""
+    """**Protocol:** where job definitions kept as data come from at start.
+
+    * Optional, for ``Scheduler.pause``/``resume`` to reach every replica:
+      ``async set_paused(name, paused) -> bool`` (whether a definition had that name) and
+      ``async is_paused(name) -> bool | None`` (``None``: no such definition), read at each
+      fire of a job loaded from it.
+    """
 
     async def load(self) -> list[JobDefinition]: ...

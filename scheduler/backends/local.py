@@ -152,6 +152,14 @@ class MemoryRunStore:
                 count += 1
         return count
 
+    async def last_scheduled(self, task_name: str) -> datetime | None:
+        fires = [
+            r.scheduled_at
+            for r in self._records.values()
+            if r.task_name == task_name and r.scheduled_at is not None
+        ]
+        return max(fires, default=None)
+
     async def get(self, run_id: str) -> RunRecord | None:
         return self._records.get(run_id)
 
