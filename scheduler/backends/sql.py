@@ -8,16 +8,16 @@ naive, so they are read back as UTC).
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import anyio
 import sqlalchemy as sa
-from sqlalchemy.engine import Dialect
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .._jobs import JobDefinition
 from .._records import RunRecord, RunStatus, abandoned_error
+from ._sql_schema import create_tables, jobs_table, make_engine, metadata, runs_table
 
 __all__ = [
     "SqlJobStore",
@@ -29,83 +29,8 @@ __all__ = [
     "runs_table",
 ]
 
-
-class UTCDateTime(sa.TypeDecorator[datetime]):
-    """An aware UTC datetime on every backend."""
-
-    impl = sa.DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError(f"{value!r} is naive; the run table stores aware datetimes")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-metadata = sa.MetaData()
-
-runs_table = sa.Table(
-    "scheduler_runs",
-    metadata,
-    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("id", sa.String(32), nullable=False, unique=True),
-    sa.Column("task_name", sa.String(200), nullable=False),
-    sa.Column("trigger", sa.String(16), nullable=False),
-    sa.Column("status", sa.String(16), nullable=False),
-    sa.Column("scheduled_at", UTCDateTime, nullable=True),
-    sa.Column("started_at", UTCDateTime, nullable=False),
-    sa.Column("finished_at", UTCDateTime, nullable=True),
-    sa.Column("expires_at", UTCDateTime, nullable=True),
-    sa.Column("cursor", sa.Text, nullable=True),
-    sa.Column("error", sa.Text, nullable=True),
-    sa.Column("trace_id", sa.String(32), nullable=False),
-    sa.Column("replica", sa.String(200), nullable=False),
-    sa.Column("fence", sa.BigInteger, nullable=True),
-    sa.Column("lock_lost", sa.Boolean, nullable=False, default=False),
-    sa.Index("ix_scheduler_runs_task_seq", "task_name", "seq"),
-    sa.Index("ix_scheduler_runs_status", "status"),
-)
-
-jobs_table = sa.Table(
-    "scheduler_jobs",
-    metadata,
-    sa.Column("name", sa.String(200), primary_key=True),
-    sa.Column("expr", sa.String(200), nullable=False),
-    sa.Column("tz", sa.String(64), nullable=False, default="UTC"),
-    sa.Column("enabled", sa.Boolean, nullable=False, default=True),
-    sa.Column("payload", sa.Text, nullable=True),
-)
-
-
-async def create_tables(engine: AsyncEngine) -> None:
-    """Create the run and job tables if they do not exist."""
-    async with engine.begin() as conn:
-        await conn.run_sync(metadata.create_all, checkfirst=True)
-
-
-def make_engine(url: str) -> AsyncEngine:
-    """An engine for ``url``; for SQLite it waits up to 30 s on a locked database (several
-    processes share the file) and uses WAL so readers do not block the writer."""
-    if not url.startswith("sqlite"):
-        return create_async_engine(url, pool_pre_ping=True)
-    engine = create_async_engine(url, connect_args={"timeout": 30})
-
-    @sa.event.listens_for(engine.sync_engine, "connect")
-    def _pragmas(dbapi_conn: Any, _record: Any) -> None:
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA busy_timeout=30000")
-        cur.close()
-
-    return engine
+# Defined in _sql_schema; this module is their public home.
+create_tables.__module__ = make_engine.__module__ = __name__
 
 
 def _row_to_record(row: sa.Row[Any]) -> RunRecord:
@@ -125,6 +50,8 @@ def _row_to_record(row: sa.Row[Any]) -> RunRecord:
         replica=m["replica"],
         fence=m["fence"],
         lock_lost=bool(m["lock_lost"]),
+        result=None if m["result"] is None else json.loads(m["result"]),
+        result_repr=bool(m["result_repr"]),
     )
 
 
@@ -143,6 +70,8 @@ def _values(record: RunRecord) -> dict[str, Any]:
         "replica": record.replica,
         "fence": record.fence,
         "lock_lost": record.lock_lost,
+        "result": None if record.result is None else json.dumps(record.result),
+        "result_repr": record.result_repr,
     }
 
 
@@ -160,8 +89,7 @@ class SqlRunStore:
     def __init__(self, engine: AsyncEngine, *, create: bool = True) -> None:
         self.engine = engine
         self._owns_engine = False
-        self._ready = not create
-        self._create_lock: anyio.Lock | None = None
+        self._tables = _Tables(engine, create=create)
 
     @classmethod
     def from_url(cls, url: str, *, create: bool = True) -> SqlRunStore:
@@ -174,17 +102,7 @@ class SqlRunStore:
         return f"SqlRunStore({self.engine.url.render_as_string(hide_password=True)!r})"
 
     async def _begin(self) -> Any:
-        if not self._ready:
-            if self._create_lock is None:
-                self._create_lock = anyio.Lock()
-            async with self._create_lock:
-                if not self._ready:
-                    try:
-                        await create_tables(self.engine)
-                    except sa.exc.DBAPIError:
-                        # another process created them between check and create
-                        await create_tables(self.engine)
-                    self._ready = True
+        await self._tables.ready()
         return self.engine.begin()
 
     async def add(self, record: RunRecord) -> None:
@@ -246,6 +164,13 @@ class SqlRunStore:
                 count += result.rowcount
         return count
 
+    async def last_scheduled(self, task_name: str) -> datetime | None:
+        t = runs_table
+        query = sa.select(sa.func.max(t.c.scheduled_at)).where(t.c.task_name == task_name)
+        async with await self._begin() as conn:
+            value: datetime | None = (await conn.execute(query)).scalar()
+        return value
+
     async def get(self, run_id: str) -> RunRecord | None:
         async with await self._begin() as conn:
             row = (
@@ -278,16 +203,23 @@ class SqlRunStore:
 
 
 class SqlJobStore:
-    """Job definitions kept as rows (user reminders), loaded by ``Scheduler`` at start.
+    """Job definitions kept as rows (user reminders), loaded by ``Scheduler`` at start; the
+    paused state of each is kept in its row.
 
-    Ownership as :class:`SqlRunStore`: a given engine is never disposed.
+    Ownership as :class:`SqlRunStore`: a given engine is never disposed. Tables are created
+    (or given the columns they lack) on first use unless ``create=False``.
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, create: bool = True) -> None:
         self.engine = engine
+        self._tables = _Tables(engine, create=create)
 
     def __repr__(self) -> str:
         return f"SqlJobStore({self.engine.url.render_as_string(hide_password=True)!r})"
+
+    async def _begin(self) -> Any:
+        await self._tables.ready()
+        return self.engine.begin()
 
     async def put(self, definition: JobDefinition) -> None:
         """Insert or replace the definition of that name."""
@@ -296,8 +228,9 @@ class SqlJobStore:
             "tz": definition.tz,
             "enabled": definition.enabled,
             "payload": definition.payload,
+            "paused": definition.paused,
         }
-        async with self.engine.begin() as conn:
+        async with await self._begin() as conn:
             updated = await conn.execute(
                 jobs_table.update().where(jobs_table.c.name == definition.name).values(**values)
             )
@@ -305,17 +238,60 @@ class SqlJobStore:
                 await conn.execute(jobs_table.insert().values(name=definition.name, **values))
 
     async def delete(self, name: str) -> bool:
-        async with self.engine.begin() as conn:
+        async with await self._begin() as conn:
             result = await conn.execute(jobs_table.delete().where(jobs_table.c.name == name))
         return bool(result.rowcount)
 
     async def load(self) -> list[JobDefinition]:
         """Every definition, enabled or not, by name."""
-        async with self.engine.begin() as conn:
+        async with await self._begin() as conn:
             rows = (await conn.execute(sa.select(jobs_table).order_by(jobs_table.c.name))).all()
         return [
             JobDefinition(
-                name=r.name, expr=r.expr, tz=r.tz, enabled=bool(r.enabled), payload=r.payload
+                name=r.name,
+                expr=r.expr,
+                tz=r.tz,
+                enabled=bool(r.enabled),
+                payload=r.payload,
+                paused=bool(r.paused),
             )
             for r in rows
         ]
+
+    async def set_paused(self, name: str, paused: bool) -> bool:
+        """Store the paused state of definition ``name``; whether it exists."""
+        async with await self._begin() as conn:
+            result = await conn.execute(
+                jobs_table.update().where(jobs_table.c.name == name).values(paused=paused)
+            )
+        return bool(result.rowcount)
+
+    async def is_paused(self, name: str) -> bool | None:
+        """The stored paused state of definition ``name``; ``None`` if there is none."""
+        query = sa.select(jobs_table.c.paused).where(jobs_table.c.name == name)
+        async with await self._begin() as conn:
+            row = (await conn.execute(query)).first()
+        return None if row is None else bool(row.paused)
+
+
+class _Tables:
+    """Creates (or migrates) the tables once, before a store's first statement."""
+
+    def __init__(self, engine: AsyncEngine, *, create: bool) -> None:
+        self.engine = engine
+        self._ready = not create
+        self._lock: anyio.Lock | None = None
+
+    async def ready(self) -> None:
+        if self._ready:
+            return
+        if self._lock is None:
+            self._lock = anyio.Lock()
+        async with self._lock:
+            if not self._ready:
+                try:
+                    await create_tables(self.engine)
+                except sa.exc.DBAPIError:
+                    # another process created them (or a column) between check and create
+                    await create_tables(self.engine)
+                self._ready = True

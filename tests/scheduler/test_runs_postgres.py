@@ -45,6 +45,10 @@ async def engine(postgres_url: str) -> AsyncIterator[AsyncEngine]:
 
 test_add_update_get_round_trip_every_field = suite.test_add_update_get_round_trip_every_field
 test_query_is_newest_first_and_filters = suite.test_query_is_newest_first_and_filters
+test_results_round_trip_with_their_repr_flag = suite.test_results_round_trip_with_their_repr_flag
+test_last_scheduled_is_the_latest_fire_of_the_task_whatever_its_status = (
+    suite.test_last_scheduled_is_the_latest_fire_of_the_task_whatever_its_status
+)
 test_resume_cursor_comes_from_a_failed_or_abandoned_last_run = (
     suite.test_resume_cursor_comes_from_a_failed_or_abandoned_last_run
 )
