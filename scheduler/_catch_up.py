@@ -1,17 +1,21 @@
-"""Which missed fires to run at start: pure functions of a job, its last scheduled fire (from
-the run table) and the time now. The loop runs the plan; the per-fire claim keeps it
-exactly-once when several replicas start together.
+"""Catch-up after downtime: which missed fires to run at start (pure functions of a job, its
+last scheduled fire from the run table, and the time now), and running them in order.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from ._jobs import Job
+from ._runner import Runner
 from ._triggers import AtTrigger, TimeoutTrigger
 
-__all__ = ["CatchUpPlan", "needs_catch_up", "plan_catch_up"]
+__all__ = ["CatchUp", "CatchUpPlan", "needs_catch_up", "plan_catch_up"]
+
+logger = logging.getLogger("scheduler")
 
 #: counting missed fires stops here (a per-second job down for a week has 604,800)
 COUNT_CAP = 10_000
@@ -102,3 +106,38 @@ def latest_between(job: Job, after: datetime, until: datetime) -> datetime | Non
         if found is not None or start == after:
             return found
         window *= 2
+
+
+class CatchUp:
+    """Runs the catch-up of one job at start: ``fire`` is the scheduler's own path for a
+    scheduled fire (pause, per-fire claim, lock, run record)."""
+
+    def __init__(self, runner: Runner, fire: Callable[..., Awaitable[None]]) -> None:
+        self.runner = runner
+        self.fire = fire
+
+    async def __call__(self, job: Job, now: datetime) -> None:
+        """Run (or record) the fires of ``job`` missed while no replica was up, in order.
+
+        Each missed fire waits for the job's lock, then claims the fire: replicas starting
+        together walk the same backlog, and each fire runs once, in order, on whichever holds
+        the lock when it is next (see ``_locking``).
+        """
+        try:
+            last = await self.runner.runs.last_scheduled(job.name)
+        except Exception:
+            logger.exception("job %r: could not read its last fire; no catch-up", job.name)
+            return
+        plan = plan_catch_up(job, last, now)
+        if plan.skip_at is not None:
+            base = self.runner.new_record(job.name, job.kind, plan.skip_at)
+            await self.runner.skip(base, "missed", plan.detail)
+        if plan.run:
+            logger.info(
+                "job %r: catching up %d missed fire(s) (catch_up=%r)",
+                job.name,
+                len(plan.run),
+                job.catch_up,
+            )
+        for fire in plan.run:
+            await self.fire(job, job.kind, fire, catching_up=True)

@@ -33,7 +33,7 @@ from anyio.abc import TaskGroup
 
 from eventbus import EventBus
 
-from ._catch_up import needs_catch_up, plan_catch_up
+from ._catch_up import CatchUp, needs_catch_up
 from ._clock import SystemClock, call_before
 from ._events import BusEmitter
 from ._guards import RunControl
@@ -131,6 +131,7 @@ class Scheduler(JobRegistry):
             unsure=self._settler.unsure,
             recorded=self._recorded,
         )
+        self._catch_up = CatchUp(self._runner, self._fire)
 
     def __repr__(self) -> str:
         return (
@@ -207,10 +208,10 @@ class Scheduler(JobRegistry):
         return self._jobs.get(job.name) is job and job.generation >= 0
 
     async def _fire(
-        self, job: Job, kind: TriggerKind, scheduled_at: datetime, *, jitter: bool = True
+        self, job: Job, kind: TriggerKind, scheduled_at: datetime, *, catching_up: bool = False
     ) -> None:
         """A scheduled fire: dropped if the job was removed or replaced since it was due;
-        skipped if it is paused; run after its jitter."""
+        skipped if it is paused; run after its jitter (a missed fire caught up: at once)."""
         if not self._is_current(job):
             return
         if await self.is_paused(job):
@@ -218,7 +219,7 @@ class Scheduler(JobRegistry):
             detail = f"the job is paused; resume it with resume({job.name!r})"
             await self._runner.skip(base, "paused", detail)
             return
-        if jitter and job.jitter:
+        if job.jitter and not catching_up:
             with anyio.CancelScope() as delay:
                 self._delayed.add(delay)
                 try:
@@ -230,10 +231,18 @@ class Scheduler(JobRegistry):
                 detail = "the scheduler stopped while this fire waited out its jitter"
                 await self._runner.skip(base, "stopped", detail)
                 return
-        await self._execute(job, kind, scheduled_at, cancelled="the scheduler shut down")
+        await self._execute(
+            job, kind, scheduled_at, cancelled="the scheduler shut down", catching_up=catching_up
+        )
 
     async def _execute(
-        self, job: Job, kind: TriggerKind, scheduled_at: datetime | None, *, cancelled: str
+        self,
+        job: Job,
+        kind: TriggerKind,
+        scheduled_at: datetime | None,
+        *,
+        cancelled: str,
+        catching_up: bool = False,
     ) -> RunRecord:
         base = self._runner.new_record(job.name, kind, scheduled_at)
         active = self._active.setdefault(job.name, set())
@@ -253,29 +262,12 @@ class Scheduler(JobRegistry):
                 control=control,
                 current=lambda: self._is_current(job),
                 cancelled=cancelled,
+                catching_up=catching_up,
             )
         finally:
             active.discard(control)
             if not active:
                 self._active.pop(job.name, None)
-
-    async def _catch_up(self, job: Job, now: datetime) -> None:
-        """Run (or record) the fires of ``job`` missed while no replica was up, in order."""
-        try:
-            last = await self.runs.last_scheduled(job.name)
-        except Exception:
-            logger.exception("job %r: could not read its last fire; no catch-up", job.name)
-            return
-        plan = plan_catch_up(job, last, now)
-        if plan.skip_at is not None:
-            base = self._runner.new_record(job.name, job.kind, plan.skip_at)
-            await self._runner.skip(base, "missed", plan.detail)
-        if plan.run:
-            logger.info(
-                "job %r: catching up %d missed fire(s) (%s)", job.name, len(plan.run), job.catch_up
-            )
-        for fire in plan.run:
-            await self._fire(job, job.kind, fire, jitter=False)
 
     async def wait_idle(self) -> None:
         """Wait until nothing the loop started (runs, skip records) is in progress.

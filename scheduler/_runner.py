@@ -21,6 +21,7 @@ from ._events import LockLost, RunFailed, RunSkipped, RunStarted, RunSucceeded
 from ._exceptions import LockLostError, RunCancelledError, RunTimeoutError
 from ._guards import Renewal, RunControl, call_guarded
 from ._jobs import Job
+from ._locking import LockStep
 from ._records import RunRecord, TriggerKind
 from ._results import encode_result
 
@@ -62,7 +63,6 @@ class Runner:
         unsure: Callable[[], None] = lambda: None,
         recorded: Callable[[RunRecord], None] = lambda record: None,
     ) -> None:
-        self.lock = lock
         self.runs = runs
         self.clock = clock
         self.emit = emit
@@ -73,6 +73,22 @@ class Runner:
         #: told of every record written (``Job.last_run``), a ``claimed`` skip aside
         self.recorded = recorded
         self.counters = RunCounters()
+        self.lock = lock
+
+    @property
+    def lock(self) -> Lock | None:
+        return None if self.locking is None else self.locking.lock
+
+    @lock.setter
+    def lock(self, lock: Lock | None) -> None:
+        self.locking = (
+            None
+            if lock is None
+            else LockStep(lock, self.clock, claim_ttl=self.claim_ttl, unsure=self._unsure)
+        )
+
+    def _unsure(self) -> None:
+        self.unsure()
 
     async def skip(self, base: RunRecord, reason: str, detail: str) -> RunRecord:
         """Record a fire that did not run (``running``, ``locked``, ``claimed``, ``missed``,
@@ -117,34 +133,30 @@ class Runner:
         control: RunControl,
         current: Callable[[], bool] = lambda: True,
         cancelled: str = "the scheduler shut down",
+        catching_up: bool = False,
     ) -> RunRecord:
         """Run one fire of ``job``; never raises except the caller's own cancellation.
 
         :param current: whether the job is still the registered one; checked once the lock
             is held, so a job removed or replaced meanwhile does not run
         :param cancelled: why the run stopped if the caller's scope cancels it (the error text)
+        :param catching_up: a missed fire: wait for the lock, then claim (see ``_locking``)
         """
         name = base.task_name
         lease: Lease | None = None
         # The lease expires lock_ttl after the acquire *call* began at the latest.
         acquired_at = self.clock.now()
-        if self.lock is not None:
+        if self.locking is not None:
             try:
-                if base.scheduled_at is not None:
-                    # a claim outlives the latest moment a replica may still run the fire:
-                    # its grace, and its jitter on top
-                    grace = 2 * (job.misfire_grace or 0.0)
-                    ttl = max(job.lock_ttl, self.claim_ttl, grace) + job.jitter
-                    if not await self.lock.claim_fire(name, base.scheduled_at, ttl=ttl):
-                        return await self.skip(base, "claimed", "another replica took this fire")
-                acquired_at = self.clock.now()
-                lease = await self._acquire(name, job)
+                lease, reason, acquired_at = await self._take_lock(base, job, catching_up)
             except Exception as exc:
                 logger.exception("job %r: the lock backend failed", name)
                 self.unsure()
                 return await self.skip(base, "lock-error", f"{type(exc).__name__}: {exc}")
+            if reason == "claimed":
+                return await self.skip(base, "claimed", "another replica took this fire")
             if lease is None:
-                return await self.skip(base, "locked", await self._held_by(name, job))
+                return await self.skip(base, "locked", await self.locking.held_by(job))
         try:
             if not current():
                 if lease is not None:
@@ -160,35 +172,36 @@ class Runner:
                     await self._release_quietly(name, lease)
             raise
 
-    async def _acquire(self, name: str, job: Job) -> Lease | None:
-        """The first free one of the job's ``max_running`` lock slots, or ``None``."""
-        assert self.lock is not None
-        for slot in _slots(name, job.max_running):
-            lease = await self.lock.acquire(slot, ttl=job.lock_ttl)
-            if lease is not None:
-                return lease
-        return None
-
-    async def _held_by(self, name: str, job: Job) -> str:
-        """The ``locked`` skip's detail, naming the holders when the lock can tell."""
-        n = job.max_running
-        detail = "another run holds the job's lock" if n == 1 else f"{n} runs hold its {n} locks"
-        holder = getattr(self.lock, "holder", None)
-        if holder is None:
-            return detail
+    async def _take_lock(
+        self, base: RunRecord, job: Job, catching_up: bool
+    ) -> tuple[Lease | None, str | None, datetime]:
+        """Claim and lock in the order the fire needs: the lease (or ``None``), ``"claimed"``
+        if another replica has the fire, and when the acquire that won began at the latest."""
+        assert self.locking is not None
+        fire = base.scheduled_at
+        if fire is None or not catching_up:
+            if fire is not None and not await self.locking.claim(job, fire):
+                return None, "claimed", self.clock.now()
+            began = self.clock.now()
+            return await self.locking.acquire(job), None, began
+        lease = await self.locking.acquire_waiting(job)
+        began = self.clock.now()  # the winning try began before this: a safe bound
+        if lease is None:
+            return None, None, began
         try:
-            who = [await holder(slot) for slot in _slots(name, n)]
-        except Exception as exc:
-            return f"{detail} (its holder could not be read: {type(exc).__name__}: {exc})"
-        named = ", ".join(repr(w) for w in who if w)
-        return f"{detail} (held by {named})" if named else f"{detail} (released since)"
+            won = await self.locking.claim(job, fire)
+        except BaseException:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await self._release_quietly(job.name, lease)
+            raise
+        if not won:
+            await self._release_quietly(job.name, lease)
+            return None, "claimed", began
+        return lease, None, began
 
     async def _release_quietly(self, name: str, lease: Lease) -> None:
-        try:
-            await lease.release()
-        except Exception:
-            logger.exception("job %r: could not release the lock of a run that ended", name)
-            self.unsure()
+        assert self.locking is not None
+        await self.locking.release_quietly(name, lease)
 
     async def _run_locked(
         self,
@@ -380,11 +393,6 @@ class Runner:
             logger.exception(
                 "could not write run %s of %r to the run table", record.id, record.task_name
             )
-
-
-def _slots(name: str, n: int) -> list[str]:
-    """The lock names of a job's ``max_running`` slots: ``name``, ``name#2``, ..."""
-    return [name, *(f"{name}#{i}" for i in range(2, n + 1))]
 
 
 def _cancelled_error(name: str, job: Job, control: RunControl) -> Exception:

@@ -72,6 +72,9 @@ test_job_table_put_replaces_and_delete_removes = (
     jobs_suite.test_job_table_put_replaces_and_delete_removes
 )
 test_loaded_job_fires_in_its_time_zone = jobs_suite.test_loaded_job_fires_in_its_time_zone
+test_a_paused_table_job_is_skipped_by_every_replica_and_after_a_restart = (
+    jobs_suite.test_a_paused_table_job_is_skipped_by_every_replica_and_after_a_restart
+)
 
 
 async def test_replicas_racing_to_abandon_stale_runs_count_each_run_once(
