@@ -105,8 +105,8 @@ def _migrate(conn: Connection) -> None:
                 sa.text(f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(column.name)} {kind}")
             )
             logger.warning("added column %s.%s to the existing table", table.name, column.name)
-        for index in table.indexes:
-            index.create(conn, checkfirst=True)
+        for index in table.indexes:  # IF NOT EXISTS: replicas may race to create it
+            conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
 
 
 def make_engine(url: str) -> AsyncEngine:

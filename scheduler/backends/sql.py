@@ -288,10 +288,19 @@ class _Tables:
         if self._lock is None:
             self._lock = anyio.Lock()
         async with self._lock:
-            if not self._ready:
+            for attempt in range(1, _CREATE_ATTEMPTS + 1):
+                if self._ready:
+                    return
                 try:
                     await create_tables(self.engine)
                 except sa.exc.DBAPIError:
-                    # another process created them (or a column) between check and create
-                    await create_tables(self.engine)
-                self._ready = True
+                    # another process created a table or column between our check and
+                    # create; the next attempt sees it
+                    if attempt == _CREATE_ATTEMPTS:
+                        raise
+                    await anyio.sleep(0.05 * attempt)
+                else:
+                    self._ready = True
+
+
+_CREATE_ATTEMPTS = 4
