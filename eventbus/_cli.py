@@ -1,18 +1,20 @@
 """``python -m eventbus failures list|show|retry|purge``: inspect and retry the failure table.
 
-Every command takes ``--db URL`` (default: ``$EVENTBUS_DB``, else ``sqlite+aiosqlite:///
-eventbus.db`` in the current directory, the same default as :class:`SqlFailureStore`) and
-``--json``. ``retry`` imports the application's bus with ``--app module:attr``.
+Every command takes ``--db`` (a URL, or the path of a SQLite file: see
+:func:`eventbus.backends.sql.database_url`; default ``$EVENTBUS_DB``, else ``eventbus.db`` in
+the current directory, the same default as :class:`SqlFailureStore`) and ``--json``. ``retry``
+loads the application's bus with ``--app module:attr`` (:func:`eventbus.cli.load_app`).
 
-Exit codes: 0 success; 1 the database failed (unreachable, locked); 2 bad usage or bad input
-(no such database file, no failure table, unknown id, a bad ``--app``). Errors are one line.
+Exit codes: 0 success; 1 a retried failure failed again, or the database failed (unreachable,
+locked); 2 bad usage or bad input (no such database file, no failure table, unknown id, a bad
+``--app``). Errors are one line, and a password in ``--db`` is shown as ``***``. Output piped
+into a reader that stops early (``| head``) ends the command quietly (status 141).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import logging
 import re
@@ -27,13 +29,21 @@ from sqlalchemy import exc as sa_exc
 
 from ._bus import EventBus
 from ._failures import FailureRecord, FailureStatus
-from .backends.sql import SqlFailureStore, default_db_url
+from .backends._sql_common import describe_error
+from .backends.sql import SqlFailureStore, database_url, default_db_url, redact_url
+from .cli import AppLoadError, load_app, quiet_broken_pipe
 
 __all__ = ["build_parser", "main"]
 
 EXIT_OK = 0
-EXIT_ERROR = 1
+EXIT_ERROR = 1  # the database failed, or a retried failure failed again
 EXIT_USAGE = 2
+
+DESCRIPTION = "Inspect, retry and purge the failure table of an eventbus application."
+DB_HELP = (
+    "a database URL (postgresql+asyncpg://user@host/db) or the path of a SQLite file "
+    "(default: $EVENTBUS_DB, else ./eventbus.db)"
+)
 
 Handler = Callable[[argparse.Namespace], Awaitable[int]]
 
@@ -43,15 +53,17 @@ class _InputError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m eventbus", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m eventbus", description=DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    failures = commands.add_parser("failures", help="inspect and retry recorded listener failures")
+    failures = commands.add_parser(
+        "failures",
+        help="inspect and retry recorded listener failures",
+        description="Inspect, retry and purge recorded listener failures.",
+    )
     sub = failures.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--db", metavar="URL", help="SQLAlchemy async URL (default: $EVENTBUS_DB or ./eventbus.db)"
-    )
+    common.add_argument("--db", metavar="URL|PATH", help=DB_HELP)
     common.add_argument("--json", action="store_true", help="print JSON instead of text")
     filters = argparse.ArgumentParser(add_help=False)
     filters.add_argument("--event", metavar="NAME", help="only this event name")
@@ -68,7 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_show)
 
     p = sub.add_parser("retry", parents=[common, filters], help="re-run pending failures")
-    p.add_argument("--app", required=True, metavar="MODULE:ATTR", help="the application's bus")
+    p.add_argument(
+        "--app",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="the application's EventBus, or a function returning one (e.g. 'myapp.events:bus')",
+    )
     p.add_argument("--limit", type=_positive_int, metavar="N", help="at most N rows")
     p.add_argument("--max-attempts", type=_positive_int, default=5, metavar="N", help="default: 5")
     p.set_defaults(handler=_retry)
@@ -81,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@quiet_broken_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code instead of exiting, so tests can call it."""
     args = build_parser().parse_args(argv)
@@ -90,8 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        raise  # our reader went away (| head): quiet_broken_pipe ends quietly
     except (sa_exc.SQLAlchemyError, OSError) as exc:
-        print(f"error: database failed: {_one_line(exc)}", file=sys.stderr)
+        print(f"error: database failed: {describe_error(exc)}", file=sys.stderr)
         return EXIT_ERROR
 
 
@@ -164,9 +184,12 @@ async def _show(args: argparse.Namespace) -> int:
 
 
 async def _retry(args: argparse.Namespace) -> int:
-    bus = _load_app(args.app)
+    try:
+        bus = load_app(args.app, EventBus)
+    except AppLoadError as exc:
+        raise _InputError(str(exc)) from None
     if args.db is not None:
-        bus.failures = SqlFailureStore(args.db, create_table=False)
+        bus.failures = _store(args.db)
     elif not isinstance(bus.failures, SqlFailureStore):
         raise _InputError(
             f"the bus from --app {args.app!r} keeps failures in {type(bus.failures).__name__}, "
@@ -183,15 +206,16 @@ async def _retry(args: argparse.Namespace) -> int:
             limit=args.limit,
             max_attempts=args.max_attempts,
         )
+    status = EXIT_ERROR if report.failed or report.dead else EXIT_OK
     if args.json:
         counts = {k: getattr(report, k) for k in ("resolved", "failed", "dead", "skipped")}
         _print_json({**counts, "items": [dataclasses.asdict(i) for i in report.items]})
-        return EXIT_OK
+        return status
     for item in report.items:
         reason = f"  {item.reason}" if item.reason else ""
         print(f"{item.failure_id[:12]}  {item.result:<8}  {item.listener}{reason}")
     print(report)
-    return EXIT_OK
+    return status
 
 
 async def _purge(args: argparse.Namespace) -> int:
@@ -212,17 +236,19 @@ async def _purge(args: argparse.Namespace) -> int:
 # -- helpers -------------------------------------------------------------------------------------
 
 
-async def _open(url: str | None) -> SqlFailureStore:
+def _store(db: str | None) -> SqlFailureStore:
+    """A store on the existing database *db* names (see ``database_url``); creates nothing."""
+    try:  # the URL first (driver, dialect), then the file: connecting would create it
+        store = SqlFailureStore(database_url(db or default_db_url()), create_table=False)
+        database_url(store.engine.url, must_exist=True)
+    except (ValueError, FileNotFoundError) as exc:
+        raise _InputError(f"--db {exc}") from None
+    return store
+
+
+async def _open(db: str | None) -> SqlFailureStore:
     """A store on an existing database and table; never creates either."""
-    url = url or default_db_url()
-    try:
-        sa.make_url(url)
-    except sa_exc.ArgumentError:
-        raise _InputError(f"--db {url!r} is not a database URL") from None
-    try:
-        store = SqlFailureStore(url, create_table=False)
-    except (sa_exc.ArgumentError, sa_exc.InvalidRequestError, ImportError) as exc:
-        raise _InputError(f"--db {url!r} cannot be used: {_one_line(exc)}") from None
+    store = _store(db)
     try:
         await _check_table(store)
     except BaseException:
@@ -233,22 +259,17 @@ async def _open(url: str | None) -> SqlFailureStore:
 
 async def _check_table(store: SqlFailureStore) -> None:
     """An existing SQLite file (connecting would create it) with the failure table in it."""
-    url = store.engine.url
-    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        path = anyio.Path(url.database or "")
-        if not await path.is_file():
-            raise _InputError(
-                f"no database file at {str(path)!r} "
-                f"(from {url.render_as_string(hide_password=True)!r})"
-            )
+    try:
+        database_url(store.engine.url, must_exist=True)
+    except FileNotFoundError as exc:
+        raise _InputError(str(exc)) from None
     name = store.table.name
     async with store.engine.connect() as conn:
         present = await conn.run_sync(lambda c: sa.inspect(c).has_table(name))
     if not present:
         raise _InputError(
-            f"no table {name!r} in {url.render_as_string(hide_password=True)!r}; the "
-            "application creates it when it starts (or call "
-            "eventbus.backends.sql.create_tables(engine))"
+            f"no table {name!r} in {redact_url(store.engine.url)!r}; the application creates "
+            "it when it starts (or call eventbus.backends.sql.create_tables(engine))"
         )
 
 
@@ -266,31 +287,6 @@ async def _find(store: SqlFailureStore, key: str) -> FailureRecord:
     if rec is None:
         raise _InputError(f"no failure with id {key!r}; 'failures list' shows the ids")
     return rec
-
-
-def _load_app(spec: str) -> EventBus:
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise _InputError(f"--app {spec!r} must look like 'package.module:bus'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise _InputError(f"--app {spec!r}: cannot import {module_name!r} ({exc})") from None
-    except Exception as exc:
-        raise _InputError(f"--app {spec!r}: importing {module_name!r} raised {exc!r}") from None
-    obj: Any = module
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise _InputError(
-                f"--app {spec!r}: {module_name!r} has no attribute {attr!r}"
-            ) from None
-    if not isinstance(obj, EventBus) and callable(obj):
-        obj = obj()  # a factory
-    if not isinstance(obj, EventBus):
-        raise _InputError(f"--app {spec!r} is a {type(obj).__name__}, not an EventBus")
-    return obj
 
 
 _RELATIVE = re.compile(r"^(\d+)([smhd])$")
@@ -332,12 +328,6 @@ def _as_dict(rec: FailureRecord) -> dict[str, Any]:
 
 def _print_json(data: object) -> None:
     print(json.dumps(data, indent=2))
-
-
-def _one_line(exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None)
-    text = str(orig if orig is not None else exc).strip().splitlines()
-    return f"{type(orig or exc).__name__}: {text[0] if text else ''}"
 
 
 def _clip(text: str, width: int) -> str:

@@ -14,7 +14,8 @@ The tree::
      ├── RecursionLimitError         (RuntimeError)  nested emits deeper than ``max_depth``
      ├── ListenerTimeoutError        (TimeoutError)  a listener's ``timeout=`` expired
      ├── ListenerDroppedError        a call that never ran (queue full, bus closing)
-     └── ListenerShutdownError       a call that shutdown cut short
+     ├── ListenerShutdownError       a call that shutdown cut short
+     └── AppLoadError                (ValueError)    ``--app`` names nothing usable (in ``cli``)
     ListenerErrors (ExceptionGroup)  what ``errors="propagate"`` raises, always a group
 
 Messages are built here from data, so that raise sites pass values, not prose.

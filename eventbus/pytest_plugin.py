@@ -13,7 +13,8 @@ Fixtures, all opt-in by name (nothing runs for a test that does not ask for them
 
 A failure also counts as expected under ``@pytest.mark.eventbus_expect_failures`` or when a
 ``with capture_failures(event_bus):`` block inside the test saw it. ``event_bus`` is an async
-fixture: it needs anyio's pytest plugin (``anyio_mode = "auto"`` or ``@pytest.mark.anyio``).
+fixture: it needs anyio's pytest plugin (``anyio_mode = "auto"`` or ``@pytest.mark.anyio``);
+without it, each test that asks for it fails with one line saying which setting to add.
 
 The module imports only pytest at load time: every pytest run in a project with ``eventbus``
 installed loads it.
@@ -21,6 +22,7 @@ installed loads it.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +33,10 @@ if TYPE_CHECKING:
     from eventbus.testing import FailureCapture
 
 MARKER = "eventbus_expect_failures"
+SETTING = (
+    'add anyio_mode = "auto" under [tool.pytest.ini_options] in pyproject.toml '
+    "(or mark the test @pytest.mark.anyio)"
+)
 
 
 __all__ = [
@@ -73,7 +79,23 @@ def event_bus_options() -> dict[str, Any]:
 
 
 @pytest.fixture
+def _eventbus_needs_anyio(request: pytest.FixtureRequest) -> None:
+    """Fail with one line where anyio's plugin will not run the async fixtures below (pytest's
+    own error names a private fixture, and leaves state that fails the tests after it)."""
+    if "anyio_backend" in request.fixturenames:
+        return
+    name = "event_bus" if "event_bus" in request.fixturenames else "captured_failures"
+    if inspect.iscoroutinefunction(getattr(request, "function", None)):
+        pytest.fail(f"the {name} fixture needs anyio's pytest plugin: {SETTING}", pytrace=False)
+    pytest.fail(
+        f"{name} is an async fixture: request it from an 'async def' test; {SETTING}",
+        pytrace=False,
+    )
+
+
+@pytest.fixture
 async def _eventbus_session(
+    _eventbus_needs_anyio: None,
     request: pytest.FixtureRequest,
     event_bus_registry: EventRegistry,
     event_bus_options: dict[str, Any],

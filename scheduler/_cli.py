@@ -7,7 +7,10 @@ added the same way in :func:`build_parser`.
 
 Exit codes: 0 success, 1 the triggered run failed or was skipped, or something outside the
 input failed (a database that cannot be reached), 2 bad usage or bad input (argparse's own
-convention). Either way the error is one ``error: ...`` line on stderr, never a traceback.
+convention). Either way the error is one ``error: ...`` line on stderr, never a traceback, and a
+password in ``--db`` is shown as ``***``. ``--db`` takes a URL or a SQLite path
+(:func:`eventbus.backends.sql.database_url`); ``--app`` is read by
+:func:`eventbus.cli.load_app`. Output piped into a reader that stops early ends quietly.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from eventbus.cli import AppLoadError, load_app, quiet_broken_pipe
 
 from ._cron import CronExpression
 from ._exceptions import CronSyntaxError
@@ -42,7 +47,10 @@ class _OperationalError(Exception):
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with one subparser per command."""
-    parser = argparse.ArgumentParser(prog="python -m scheduler", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m scheduler",
+        description="Preview cron expressions, list recorded runs and run a job now.",
+    )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_next(subparsers)
     _add_runs(subparsers)
@@ -50,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@quiet_broken_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code instead of exiting, so tests can call it."""
     parser = build_parser()
@@ -135,7 +144,9 @@ def _add_runs(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="list recorded runs, newest first",
         description="List runs from the run table, newest first.",
     )
-    p.add_argument("--db", required=True, metavar="URL", help="SQLAlchemy async URL")
+    p.add_argument(
+        "--db", required=True, metavar="URL|PATH", help="a database URL or a SQLite file path"
+    )
     p.add_argument("--task", metavar="NAME", help="only this job")
     p.add_argument(
         "--status",
@@ -174,23 +185,19 @@ def _run_runs(args: argparse.Namespace) -> int:
 
 
 async def _query_runs(args: argparse.Namespace) -> list[RunRecord]:
-    from sqlalchemy.exc import ArgumentError, DBAPIError, InvalidRequestError, NoSuchModuleError
+    from sqlalchemy.exc import DBAPIError, InvalidRequestError
+
+    from eventbus.backends.sql import database_url, redact_url
 
     from .backends.sql import SqlRunStore
 
-    url = _redacted(args.db)
-    try:
-        store = SqlRunStore.from_url(args.db, create=False)
-    except ImportError as exc:
-        raise _InputError(
-            f"--db {url!r} needs the driver module {exc.name!r}, which is not installed; "
-            "install it, or use 'sqlite+aiosqlite://' or 'postgresql+asyncpg://'"
-        ) from None
-    except InvalidRequestError as exc:
-        raise _InputError(_not_async(url, exc)) from None
-    except (ArgumentError, NoSuchModuleError, ValueError) as exc:
-        raise _InputError(f"--db {url!r} is not a usable database URL: {exc}") from None
-    where = store.engine.url.render_as_string(hide_password=True)
+    url = redact_url(args.db)
+    try:  # the URL first (driver, dialect), then the file: connecting would create it
+        store = SqlRunStore.from_url(database_url(args.db), create=False)
+        database_url(store.engine.url, must_exist=True)
+    except (ValueError, FileNotFoundError) as exc:  # names the URL, its password masked
+        raise _InputError(f"--db {exc}") from None
+    where = redact_url(store.engine.url)
     try:
         return await store.query(task_name=args.task, status=args.status, limit=args.limit)
     except DBAPIError as exc:
@@ -203,17 +210,6 @@ async def _query_runs(args: argparse.Namespace) -> list[RunRecord]:
         ) from None
     finally:
         await store.aclose()
-
-
-def _redacted(url: str) -> str:
-    """The URL with its password masked, for messages (the URL as given if it does not parse)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except (ArgumentError, ValueError):
-        return url
 
 
 def _not_async(url: str, exc: Exception) -> str:
@@ -243,42 +239,13 @@ def _add_trigger(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     p.set_defaults(handler=_run_trigger)
 
 
-def _load_scheduler(spec: str) -> Scheduler:
-    import importlib
-
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise _InputError(f"--app {spec!r} must look like 'package.module:attribute'")
-    try:
-        obj: object = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise _InputError(f"--app {spec!r}: cannot import {module_name!r}: {exc}") from None
-    except Exception as exc:  # the module itself raised while being imported
-        raise _InputError(
-            f"--app {spec!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}"
-        ) from None
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise _InputError(f"--app {spec!r}: {module_name!r} has no {attr!r}") from None
-    if not isinstance(obj, Scheduler) and callable(obj):
-        try:
-            obj = obj()
-        except Exception as exc:
-            raise _InputError(
-                f"--app {spec!r} is a callable that failed when called with no arguments "
-                f"({type(exc).__name__}: {exc}); name a Scheduler or a factory returning one"
-            ) from None
-    if not isinstance(obj, Scheduler):
-        raise _InputError(f"--app {spec!r} is a {type(obj).__name__}, not a Scheduler")
-    return obj
-
-
 def _run_trigger(args: argparse.Namespace) -> int:
     import anyio
 
-    sched = _load_scheduler(args.app)
+    try:
+        sched = load_app(args.app, Scheduler)
+    except AppLoadError as exc:
+        raise _InputError(str(exc)) from None
     if args.name not in {j.name for j in sched.jobs()}:
         known = ", ".join(repr(j.name) for j in sched.jobs()) or "none"
         raise _InputError(f"no job named {args.name!r} in {args.app!r}; known jobs: {known}")

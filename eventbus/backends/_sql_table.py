@@ -1,14 +1,13 @@
-"""The failure table's definition and row mapping, and SQLite's driver-level batch insert.
+"""The failure table's definition and row mapping.
 
 Split from :mod:`eventbus.backends.sql` (which re-exports the public names): this module knows
-the schema and how a :class:`~eventbus.FailureRecord` becomes a row and back; the store there
-owns buffering, the writer task and the queries.
+the schema and how a :class:`~eventbus.FailureRecord` becomes a row and back; ``_sql_insert``
+how batches of rows get in, ``_sql_writer`` the buffer and the writer task, the store in
+``sql`` its API and the queries.
 """
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .._failures import FailureRecord, FailureStatus
+from ._sql_common import UTCDateTime
 
 __all__ = [
     "DEFAULT_TABLE",
@@ -56,9 +56,9 @@ def failure_table(name: str = DEFAULT_TABLE, meta: sa.MetaData | None = None) ->
         sa.Column("traceback", sa.Text(), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("status", sa.String(16), nullable=False),
-        sa.Column("first_failed_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("last_failed_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("resolved_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("first_failed_at", UTCDateTime(), nullable=False),
+        sa.Column("last_failed_at", UTCDateTime(), nullable=False),
+        sa.Column("resolved_at", UTCDateTime(), nullable=True),
         sa.Column("note", sa.Text(), nullable=True),
         sa.Index(f"ix_{name}_status_seq", "status", "seq"),
         sa.Index(f"ix_{name}_event_seq", "event_name", "seq"),
@@ -79,65 +79,6 @@ async def create_tables(engine: AsyncEngine) -> None:
     """
     async with engine.begin() as conn:
         await conn.run_sync(metadata.create_all, checkfirst=True)
-
-
-class _DriverInsert:
-    """A batch insert at the driver level: the statement compiled once, values read straight
-    from the records, SQLAlchemy's own bind processors applied, one ``executemany``.
-
-    On SQLite this writes about 1.5 times as many rows per second as ``conn.execute(insert(
-    table), rows)``, whose per-row parameter handling dominates. Other dialects take that
-    portable path (a falsy instance).
-    """
-
-    def __init__(self, sql: str, names: Sequence[str], processors: Sequence[Any]) -> None:
-        self.sql = sql
-        self.names = tuple(names)
-        self._get = operator.attrgetter(*names) if names else None
-        self._status = self.names.index("status") if names else -1
-        self._times = tuple(
-            (i, p) for i, (n, p) in enumerate(zip(names, processors, strict=True)) if n in _TIMES
-        )
-
-    def __bool__(self) -> bool:
-        return bool(self.sql)
-
-    @classmethod
-    def build(cls, table: sa.Table, dialect: sa.Dialect) -> _DriverInsert:
-        if dialect.name != "sqlite":
-            return cls("", (), ())
-        keys = [c.key for c in table.c if c.key != "seq"]
-        compiled = sa.insert(table).compile(dialect=dialect, column_keys=keys)
-        names = list(compiled.positiontup or [])
-        if not compiled.positional or sorted(names) != sorted(keys):
-            return cls("", (), ())
-        processors = [table.c[n].type.dialect_impl(dialect).bind_processor(dialect) for n in names]
-        return cls(compiled.string, names, processors)
-
-    def params(self, records: Sequence[FailureRecord]) -> list[tuple[Any, ...]]:
-        assert self._get is not None
-        get, status, times = self._get, self._status, self._times
-        out: list[tuple[Any, ...]] = []
-        for rec in records:
-            values = list(get(rec))
-            values[status] = FailureStatus(values[status]).value
-            last: Any = None
-            done: Any = None
-            for i, process in times:
-                value = values[i]
-                if value is None:
-                    continue
-                if value is last:  # first_failed_at is last_failed_at on a fresh record
-                    values[i] = done
-                    continue
-                last = value
-                done = _utc(value)
-                values[i] = done = process(done) if process is not None else done
-            out.append(tuple(values))
-        return out
-
-
-_TIMES = frozenset({"first_failed_at", "last_failed_at", "resolved_at"})
 
 
 def _utc(value: datetime) -> datetime:

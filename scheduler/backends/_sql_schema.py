@@ -1,5 +1,5 @@
-"""The tables of the run table and the job table, their portable types, and the in-place
-migration that adds the columns newer versions need to tables users already have.
+"""The run table and the job table (portable types; the UTC column type is eventbus's), and
+the in-place migration that adds the columns newer versions need to tables users already have.
 
 Changes to an existing table are additive only: a new column is nullable (``NULL`` reads as
 its default), and :func:`create_tables` adds what is missing at start, so a replica of the
@@ -9,36 +9,16 @@ newer version can run beside one of the older.
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
-from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Dialect
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-__all__ = ["create_tables", "jobs_table", "make_engine", "metadata", "runs_table"]
+from eventbus.backends.sql import UTCDateTime
+
+__all__ = ["create_tables", "jobs_table", "metadata", "runs_table"]
 
 logger = logging.getLogger("scheduler")
-
-
-class UTCDateTime(sa.TypeDecorator[datetime]):
-    """An aware UTC datetime on every backend."""
-
-    impl = sa.DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError(f"{value!r} is naive; the run table stores aware datetimes")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 metadata = sa.MetaData()
@@ -107,20 +87,3 @@ def _migrate(conn: Connection) -> None:
             logger.warning("added column %s.%s to the existing table", table.name, column.name)
         for index in table.indexes:  # IF NOT EXISTS: replicas may race to create it
             conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
-
-
-def make_engine(url: str) -> AsyncEngine:
-    """An engine for ``url``; for SQLite it waits up to 30 s on a locked database (several
-    processes share the file) and uses WAL so readers do not block the writer."""
-    if not url.startswith("sqlite"):
-        return create_async_engine(url, pool_pre_ping=True)
-    engine = create_async_engine(url, connect_args={"timeout": 30})
-
-    @sa.event.listens_for(engine.sync_engine, "connect")
-    def _pragmas(dbapi_conn: Any, _record: Any) -> None:
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA busy_timeout=30000")
-        cur.close()
-
-    return engine

@@ -8,6 +8,7 @@ naive, so they are read back as UTC).
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime
 from typing import Any
 
@@ -15,22 +16,24 @@ import anyio
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from eventbus.backends.sql import make_engine
+
 from .._jobs import JobDefinition
 from .._records import RunRecord, RunStatus, abandoned_error
-from ._sql_schema import create_tables, jobs_table, make_engine, metadata, runs_table
+from ._sql_schema import create_tables, jobs_table, metadata, runs_table
 
 __all__ = [
     "SqlJobStore",
     "SqlRunStore",
     "create_tables",
     "jobs_table",
-    "make_engine",
+    "make_engine",  # eventbus.backends.sql's, re-exported: the one engine builder
     "metadata",
     "runs_table",
 ]
 
-# Defined in _sql_schema; this module is their public home.
-create_tables.__module__ = make_engine.__module__ = __name__
+# Defined in _sql_schema; this module is its public home.
+create_tables.__module__ = __name__
 
 
 def _row_to_record(row: sa.Row[Any]) -> RunRecord:
@@ -92,8 +95,10 @@ class SqlRunStore:
         self._tables = _Tables(engine, create=create)
 
     @classmethod
-    def from_url(cls, url: str, *, create: bool = True) -> SqlRunStore:
-        """A store on its own engine for ``url`` (see :func:`make_engine`), closed by aclose."""
+    def from_url(cls, url: str | os.PathLike[str] | sa.URL, *, create: bool = True) -> SqlRunStore:
+        """A store on its own engine for ``url``, a URL or a SQLite path (see
+        :func:`eventbus.backends.sql.make_engine`: WAL, a 30 s wait for a lock), closed by
+        aclose."""
         store = cls(make_engine(url), create=create)
         store._owns_engine = True
         return store

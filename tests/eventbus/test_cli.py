@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import anyio
 import pytest
 
 from eventbus import FailureRecord, FailureStatus
-from eventbus._cli import main
+from eventbus._cli import build_parser, main
 from eventbus.backends.sql import SqlFailureStore
 
 
@@ -88,6 +89,15 @@ def app_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db_url: str) -> 
 
         def make_bus():
             return bus
+
+        def broken_factory():
+            raise RuntimeError("config missing")
+
+        def refuse(thing):
+            raise ValueError("still down")
+
+        failing_bus = EventBus(registry, SqlFailureStore({db_url!r}))
+        failing_bus.on(Thing, refuse, name="app:handler")
         """)
     )
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -220,10 +230,16 @@ def test_retry_json_with_a_factory_or_an_explicit_db(
 @pytest.mark.parametrize(
     ("app", "message"),
     [
-        pytest.param("no_colon", "must look like 'package.module:bus'", id="no-colon"),
+        pytest.param("no_colon", "must look like 'package.module:attribute'", id="no-colon"),
         pytest.param("no_such_module_xyz:bus", "cannot import 'no_such_module_xyz'", id="module"),
         pytest.param("{mod}:nope", "has no attribute 'nope'", id="attribute"),
-        pytest.param("{mod}:not_a_bus", "is a int, not an EventBus", id="not-a-bus"),
+        pytest.param("{mod}:not_a_bus", "is an int, not an EventBus", id="not-a-bus"),
+        pytest.param(
+            "{mod}:broken_factory",
+            "is a callable that failed when called with no arguments (RuntimeError: config "
+            "missing)",
+            id="factory-raises",
+        ),
         pytest.param("{mod}:memory_bus", "keeps failures in MemoryFailureStore", id="memory-store"),
         pytest.param("{mod}:missing_bus", "no database file at", id="app-db-missing"),
     ],
@@ -235,6 +251,45 @@ def test_retry_with_a_bad_app_is_a_one_line_error(
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
     assert not (tmp_path / "missing.db").exists()  # a failed check creates no database
+
+
+@pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
+def test_retry_exits_1_when_a_retried_failure_failed_again(
+    db_url: str, app_module: str, json_output: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression test: ``retry`` exited 0 when every retried failure failed again."""
+    argv = ["failures", "retry", "--app", f"{app_module}:failing_bus"]
+    assert main(argv + ["--json"] * json_output) == 1
+    out = capsys.readouterr().out
+    if json_output:
+        assert (json.loads(out)["failed"], json.loads(out)["resolved"]) == (1, 0)
+    else:
+        assert out.splitlines()[-1] == "2 retried: 0 resolved, 1 failed again, 0 dead, 1 skipped"
+    # only skipped rows (nothing ran, nothing failed): still 0
+    argv = ["failures", "retry", "--app", f"{app_module}:failing_bus", "--event", "cli.other"]
+    assert main(argv) == 0
+
+
+def test_db_takes_a_path_as_well_as_a_url(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = db_url.removeprefix("sqlite+aiosqlite:///")
+    assert main(["failures", "list", "--db", path]) == 0
+    assert capsys.readouterr().out.endswith("3 failures\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["failures", "list", "--db", "failures.db", "--limit", "1"]) == 0
+    monkeypatch.setenv("EVENTBUS_DB", "failures.db")  # the environment follows the same rule
+    assert main(["failures", "list", "--limit", "1"]) == 0
+
+
+def test_help_texts_show_no_restructuredtext_markup() -> None:
+    """Regression test: ``--help`` printed ``double backticks`` from the module docstring."""
+    from tests.eventbus.test_cli_helpers import all_help_texts
+
+    texts = all_help_texts(build_parser())
+    assert len(texts) == 6  # the program, 'failures' and its four actions
+    for text in texts:
+        assert "``" not in text and not re.search(r":[a-z]+:`", text), text
 
 
 def test_purge_needs_a_filter_then_deletes_what_matches(
@@ -285,11 +340,19 @@ def test_a_real_subprocess_lists_failures(db_url: str) -> None:
         pytest.param(
             ["show", "rec0", "--db", "{db}"], 2, "matches several failures", id="ambiguous-id"
         ),
-        pytest.param(["list", "--db", "not a url"], 2, "is not a database URL", id="bad-url"),
+        pytest.param(
+            ["list", "--db", "postgresql+asyncpg://u:pw@h:port/x"],
+            2,
+            "--db 'postgresql+asyncpg://u:***@h:port/x' is not a database URL",
+            id="bad-url",
+        ),
+        pytest.param(
+            ["list", "--db", "{tmp}/missing.db"], 2, "no database file at", id="no-file-path"
+        ),
         pytest.param(
             ["list", "--db", "sqlite:///{tmp}/empty.db"],
             2,
-            "requires an async driver",
+            "does not name an async driver",
             id="sync-driver",
         ),
         pytest.param(

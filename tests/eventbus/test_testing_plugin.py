@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 pytest_plugins = ["pytester"]
@@ -189,3 +191,54 @@ def test_sync() -> None:
 def test_the_marker_is_registered(inner: pytest.Pytester) -> None:
     result = inner.runpytest_inprocess("--markers", *INNER_ARGS)
     result.stdout.fnmatch_lines(["@pytest.mark.eventbus_expect_failures:*"])
+
+
+@pytest.fixture
+def strict_inner(pytester: pytest.Pytester) -> pytest.Pytester:
+    """An inner project without ``anyio_mode = "auto"`` (anyio's default, strict mode)."""
+    pytester.makepyprojecttoml(
+        """
+        [tool.pytest.ini_options]
+        addopts = ["--strict-config", "--strict-markers"]
+        filterwarnings = ["error"]
+        """
+    )
+    pytester.makeconftest(EVENTS)
+    return pytester
+
+
+SETTING = (
+    'add anyio_mode = "auto" under [tool.pytest.ini_options] in pyproject.toml '
+    "(or mark the test @pytest.mark.anyio)"
+)
+
+
+def test_without_anyio_auto_mode_each_test_fails_with_one_line_naming_the_setting(
+    strict_inner: pytest.Pytester,
+) -> None:
+    """Regression test: the first test errored with a private fixture name and an internal
+    pytest assertion (264 lines), and the tests after it with an AssertionError."""
+    result = run(
+        strict_inner,
+        """
+async def test_unmarked(event_bus: EventBus) -> None:
+    event_bus.emit(OrderPaid(order_id=1))
+
+def test_sync(event_bus: EventBus) -> None:
+    event_bus.emit(OrderPaid(order_id=1))
+
+async def test_unmarked_again(captured_failures) -> None:
+    pass
+
+@pytest.mark.anyio
+async def test_marked(event_bus: EventBus) -> None:
+    event_bus.emit(OrderPaid(order_id=1))
+""",
+    )
+    result.assert_outcomes(passed=2, errors=3)  # the marked test, on asyncio and trio
+    out = result.stdout.str()
+    assert "_eventbus" not in out and "AssertionError" not in out and "Traceback" not in out
+    errors = re.findall(r"_ ERROR at setup of (\w+) _+\n(.*)\n(?=_|=)", out)
+    assert [name for name, _ in errors] == ["test_unmarked", "test_sync", "test_unmarked_again"]
+    assert all(SETTING in message for _, message in errors)  # one line each, then the next
+    assert errors[1][1].startswith("event_bus is an async fixture: request it from an 'async def'")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -90,7 +92,7 @@ def test_trigger_runs_the_job_and_runs_lists_it(
         pytest.param(["trigger", "x", "--app", "cliapp"], "must look like", id="no-attr"),
         pytest.param(["trigger", "x", "--app", "nomod_xyz:s"], "cannot import", id="no-module"),
         pytest.param(
-            ["trigger", "x", "--app", "cliapp:missing"], "has no 'missing'", id="no-attr2"
+            ["trigger", "x", "--app", "cliapp:missing"], "has no attribute 'missing'", id="no-attr2"
         ),
         pytest.param(
             ["trigger", "x", "--app", "cliapp:APP_NAME"], "not a Scheduler", id="not-sched"
@@ -120,7 +122,49 @@ def test_runs_with_a_bad_status_is_a_usage_error(capsys: pytest.CaptureFixture[s
     assert "invalid choice: 'done'" in capsys.readouterr().err
 
 
+def test_runs_refuses_a_missing_sqlite_file_and_creates_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression test: ``runs --db`` on a missing file created an empty database."""
+    for db in (f"sqlite+aiosqlite:///{tmp_path / 'typo.db'}", str(tmp_path / "typo.db")):
+        assert main(["runs", "--db", db]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --db no database file at {str(tmp_path / 'typo.db')!r}")
+        assert err.count("\n") == 1
+    assert not (tmp_path / "typo.db").exists()
+
+
+def test_runs_takes_a_path_as_well_as_a_url(
+    app: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["trigger", "report", "--app", "cliapp:sched"]) == 0
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path)
+    for db in (app, str(tmp_path / "runs.db"), "runs.db"):
+        assert main(["runs", "--db", db]) == 0
+        assert capsys.readouterr().out.splitlines()[1].split()[1] == "report"
+
+
+def test_a_password_in_db_is_never_shown(capsys: pytest.CaptureFixture[str]) -> None:
+    for db in ("postgresql+asyncpg://u:s3cret@h:port/db", "nonsense://u:s3cret@h/db"):
+        assert main(["runs", "--db", db]) == 2
+        err = capsys.readouterr().err
+        assert "s3cret" not in err and "u:***@h" in err and err.count("\n") == 1
+
+
+def test_help_texts_show_no_restructuredtext_markup() -> None:
+    """Regression test: ``--help`` printed ``double backticks`` from the module docstring."""
+    from scheduler._cli import build_parser
+    from tests.eventbus.test_cli_helpers import all_help_texts
+
+    texts = all_help_texts(build_parser())
+    assert len(texts) == 4  # the program and its three commands
+    for text in texts:
+        assert "``" not in text and not re.search(r":[a-z]+:`", text), text
+
+
 def test_python_dash_m_scheduler_runs_end_to_end(tmp_path: Path) -> None:
+    sqlite3.connect(tmp_path / "empty.db").close()
     db = f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}"
     result = subprocess.run(
         [sys.executable, "-m", "scheduler", "runs", "--db", db],

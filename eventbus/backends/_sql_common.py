@@ -1,0 +1,166 @@
+"""SQL plumbing shared by every package's stores: the ``--db`` rule, one engine builder, one
+UTC timestamp column type, and URLs with their password masked for messages.
+
+Written once here, in the lowest package that needs it, and re-exported by
+:mod:`eventbus.backends.sql`; ``scheduler`` and ``domain`` use it from there.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+__all__ = ["UTCDateTime", "database_url", "make_engine", "redact_url"]
+
+#: What a message suggests when a URL cannot be used.
+_EXAMPLES = "use e.g. 'sqlite+aiosqlite:///app.db', 'postgresql+asyncpg://user@host/db' or a path"
+
+_PASSWORD = re.compile(r"(?<=://)([^:/@?#]*):[^@/?#]*@")
+
+
+def redact_url(url: str | sa.URL) -> str:
+    """*url* with its password shown as ``***``, for messages and reprs.
+
+    A string that does not parse as a URL is masked by pattern (``scheme://user:***@host``).
+    """
+    if isinstance(url, sa.URL):
+        return url.render_as_string(hide_password=True)
+    try:
+        return sa.make_url(url).render_as_string(hide_password=True)
+    except (sa_exc.ArgumentError, ValueError, TypeError):
+        return _PASSWORD.sub(r"\1:***@", url)
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: first line of the message``, the driver's own error for a SQLAlchemy one (whose
+    text would add the statement and every parameter of the batch)."""
+    orig = getattr(exc, "orig", None)
+    shown = orig if isinstance(orig, BaseException) else exc
+    lines = str(shown).strip().splitlines()
+    return f"{type(shown).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+def database_url(value: str | os.PathLike[str] | sa.URL, *, must_exist: bool = False) -> sa.URL:
+    """Read a database given as a URL or as a path, the one rule of every ``--db`` option.
+
+    A value containing ``://`` is a SQLAlchemy URL (``postgresql+asyncpg://user@host/db``,
+    ``sqlite+aiosqlite:///app.db``); anything else is the path of a SQLite file, opened through
+    aiosqlite (``app.db``, ``/var/lib/app/app.db``, ``~/app.db``).
+
+    :param must_exist: refuse a SQLite file that is not there (connecting would create an
+        empty one): for commands that read an existing database
+    :raises ValueError: for an empty value, or a URL that does not parse (the message masks
+        the password)
+    :raises FileNotFoundError: with *must_exist*, when the SQLite file does not exist
+    """
+    if isinstance(value, sa.URL):
+        url = value
+    elif "://" not in (text := os.fspath(value)):
+        if not text.strip():
+            raise ValueError("an empty database path; give a SQLite file path or a URL")
+        url = sa.URL.create("sqlite+aiosqlite", database=os.path.expanduser(text))
+    else:
+        try:
+            url = sa.make_url(text)
+        except (sa_exc.ArgumentError, ValueError) as exc:
+            raise ValueError(
+                f"{redact_url(text)!r} is not a database URL ({exc}); {_EXAMPLES}"
+            ) from None
+    if must_exist and (path := sqlite_file(url)) is not None and not path.is_file():
+        raise FileNotFoundError(
+            f"no database file at {str(path)!r} (from {redact_url(url)!r}); nothing was created"
+        )
+    return url
+
+
+def sqlite_file(url: sa.URL) -> Path | None:
+    """The file behind a SQLite *url*; ``None`` for another database or an in-memory one."""
+    if url.get_backend_name() != "sqlite":
+        return None
+    name = url.database or ""
+    if name in ("", ":memory:") or name.startswith("file:") or url.query.get("mode") == "memory":
+        return None
+    return Path(name)
+
+
+def make_engine(
+    url: str | os.PathLike[str] | sa.URL, *, busy_timeout: float = 30.0, **options: Any
+) -> AsyncEngine:
+    """The async engine every store builds from a URL or path (see :func:`database_url`).
+
+    SQLite: ``journal_mode=WAL`` (readers never block the writer) and ``synchronous=NORMAL``
+    on each connection, and a writer waits up to *busy_timeout* seconds for another
+    connection's lock before "database is locked" (a ``timeout`` in the URL's query wins).
+    Other databases: ``pool_pre_ping``, so that a pooled connection the server closed is
+    replaced instead of failing the next statement. *options* go to ``create_async_engine``.
+
+    :raises ValueError: when the URL names no async driver, a driver that is not installed,
+        or no known database (the message masks the password)
+    """
+    url = database_url(url)
+    shown = redact_url(url)
+    try:
+        if url.get_backend_name() != "sqlite":
+            return create_async_engine(url, **{"pool_pre_ping": True, **options})
+        connect_args = dict(options.pop("connect_args", {}))
+        if "timeout" not in url.query:
+            connect_args.setdefault("timeout", busy_timeout)
+        engine = create_async_engine(url, connect_args=connect_args, **options)
+    except sa_exc.InvalidRequestError as exc:  # a sync driver
+        raise ValueError(f"{shown!r} does not name an async driver ({exc}); {_EXAMPLES}") from None
+    except ImportError as exc:
+        raise ValueError(
+            f"{shown!r} needs the driver module {exc.name!r}, which is not installed; install "
+            "it, or use 'sqlite+aiosqlite://' or 'postgresql+asyncpg://'"
+        ) from None
+    except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, TypeError) as exc:
+        raise ValueError(f"{shown!r} is not a usable database URL: {exc}") from None
+    sa.event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    try:
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+    finally:
+        cur.close()
+
+
+class UTCDateTime(sa.TypeDecorator[datetime]):
+    """An aware timestamp, stored in UTC on every database and read back aware in UTC.
+
+    SQLite keeps it as naive UTC text (so that it compares correctly in SQL); PostgreSQL as
+    ``timestamp with time zone``, or as ``timestamp`` (naive UTC) with ``timezone=False``.
+
+    :raises ValueError: when given a naive datetime (its time zone would be a guess)
+    """
+
+    impl = sa.DateTime
+    cache_ok = True
+
+    def __init__(self, timezone: bool = True) -> None:
+        super().__init__(timezone=timezone)
+        self.timezone = timezone  # part of the statement cache key
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}; pass an aware one (tzinfo=UTC)")
+        value = value if value.tzinfo is UTC else value.astimezone(UTC)
+        return value if self.timezone and dialect.name != "sqlite" else value.replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

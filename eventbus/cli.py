@@ -1,0 +1,135 @@
+"""Plumbing for command-line tools: load the object ``--app`` names, and end quietly when the
+reader of the output goes away (``... | head``).
+
+``python -m eventbus`` and ``python -m scheduler`` both use these, and an application's own
+command-line tool can too. Importing this module loads neither SQLAlchemy nor redis.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+from ._exceptions import EventBusError
+
+__all__ = ["AppLoadError", "EXIT_BROKEN_PIPE", "load_app", "quiet_broken_pipe"]
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+#: What a command returns when its reader went away: 128 + SIGPIPE, as a shell reports a
+#: program that SIGPIPE ended (141 on Linux).
+EXIT_BROKEN_PIPE = 128 + int(getattr(signal, "SIGPIPE", 13))
+
+
+class AppLoadError(EventBusError, ValueError):
+    """``--app`` names nothing usable; the message says what and why, on one line."""
+
+    def __init__(self, option: str, spec: str, problem: str) -> None:
+        self.spec = spec
+        super().__init__(f"{option} {spec!r} {problem}")
+
+
+def load_app(spec: str, kind: type[T], *, option: str = "--app") -> T:
+    """The *kind* instance that ``package.module:attribute`` names (the attribute may be
+    dotted, ``module:app.bus``); a callable that is not a *kind* is called with no arguments,
+    as a factory, and must return one.
+
+    :raises AppLoadError: for a malformed spec, a module that cannot be imported or raises
+        while importing, a missing attribute, a factory that raises, or an object of another
+        type; the message is one line and names the culprit
+    """
+    module_name, sep, attr = spec.partition(":")
+    wanted = _a(kind.__name__)
+    if not sep or not module_name or not attr:
+        raise AppLoadError(option, spec, "must look like 'package.module:attribute'")
+    try:
+        obj: object = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AppLoadError(
+            option, spec, f"cannot be loaded: cannot import {module_name!r} ({_line(exc)})"
+        ) from None
+    except Exception as exc:  # the module itself raised while being imported
+        raise AppLoadError(
+            option, spec, f"cannot be loaded: importing {module_name!r} raised {_text(exc)}"
+        ) from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise AppLoadError(
+                option, spec, f"cannot be loaded: {module_name!r} has no attribute {attr!r}"
+            ) from None
+    if not isinstance(obj, kind) and callable(obj):
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise AppLoadError(
+                option,
+                spec,
+                f"is a callable that failed when called with no arguments ({_text(exc)}); "
+                f"name {wanted} or a factory returning one",
+            ) from None
+        if inspect.isawaitable(obj):
+            if inspect.iscoroutine(obj):
+                obj.close()  # never awaited, and never warned about
+            raise AppLoadError(
+                option, spec, f"is an async function; name {wanted} or a plain factory"
+            )
+    if not isinstance(obj, kind):
+        raise AppLoadError(option, spec, f"is {_a(type(obj).__name__)}, not {wanted}")
+    return obj
+
+
+def quiet_broken_pipe(main: Callable[P, int]) -> Callable[P, int]:
+    """Wrap a command's ``main`` so that output piped into a reader that stops early
+    (``| head``) ends the command quietly: no message, exit status :data:`EXIT_BROKEN_PIPE`.
+
+    Only a ``BrokenPipeError`` that reaches ``main``'s caller counts: a command reports the
+    ones its own connections raise (a database, Redis) itself.
+    """
+
+    @functools.wraps(main)
+    def run(*args: P.args, **kwargs: P.kwargs) -> int:
+        try:
+            status = main(*args, **kwargs)
+            sys.stdout.flush()  # a pipe gone while Python wrote its buffer: here, not at exit
+            return status
+        except BrokenPipeError:
+            _discard_stdout()
+            return EXIT_BROKEN_PIPE
+
+    return run
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush at exit finds nothing
+    to complain about ("Exception ignored ... BrokenPipeError", exit status 120)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # replaced by a test, or closed
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
+def _line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {_line(exc)}"
