@@ -53,8 +53,8 @@ def _row_to_record(row: sa.Row[Any]) -> RunRecord:
         replica=m["replica"],
         fence=m["fence"],
         lock_lost=bool(m["lock_lost"]),
-        result=None if m["result"] is None else json.loads(m["result"]),
-        result_repr=bool(m["result_repr"]),
+        result=None if m.get("result") is None else json.loads(m["result"]),
+        result_repr=bool(m.get("result_repr")),
     )
 
 
@@ -179,7 +179,7 @@ class SqlRunStore:
     async def get(self, run_id: str) -> RunRecord | None:
         async with await self._begin() as conn:
             row = (
-                await conn.execute(sa.select(runs_table).where(runs_table.c.id == run_id))
+                await conn.execute(self._tables.select(runs_table).where(runs_table.c.id == run_id))
             ).first()
         return None if row is None else _row_to_record(row)
 
@@ -191,7 +191,8 @@ class SqlRunStore:
         limit: int | None = 100,
     ) -> list[RunRecord]:
         t = runs_table
-        q = sa.select(t).order_by(t.c.seq.desc())
+        await self._tables.ready()  # which columns there are
+        q = self._tables.select(t).order_by(t.c.seq.desc())
         if task_name is not None:
             q = q.where(t.c.task_name == task_name)
         if status is not None:
@@ -250,7 +251,8 @@ class SqlJobStore:
     async def load(self) -> list[JobDefinition]:
         """Every definition, enabled or not, by name."""
         async with await self._begin() as conn:
-            rows = (await conn.execute(sa.select(jobs_table).order_by(jobs_table.c.name))).all()
+            query = self._tables.select(jobs_table).order_by(jobs_table.c.name)
+            rows = (await conn.execute(query)).all()
         return [
             JobDefinition(
                 name=r.name,
@@ -258,7 +260,7 @@ class SqlJobStore:
                 tz=r.tz,
                 enabled=bool(r.enabled),
                 payload=r.payload,
-                paused=bool(r.paused),
+                paused=bool(r._mapping.get("paused")),
             )
             for r in rows
         ]
@@ -280,12 +282,22 @@ class SqlJobStore:
 
 
 class _Tables:
-    """Creates (or migrates) the tables once, before a store's first statement."""
+    """Creates (or migrates) the tables once, before a store's first statement.
+
+    A store told not to create them (``create=False``: a command-line reader) reads tables
+    of an older version as they are: the columns they lack read as their defaults.
+    """
 
     def __init__(self, engine: AsyncEngine, *, create: bool) -> None:
         self.engine = engine
-        self._ready = not create
+        self._create = create
+        self._ready = False
         self._lock: anyio.Lock | None = None
+        self._missing: set[tuple[str, str]] = set()
+
+    def select(self, table: sa.Table) -> sa.Select[Any]:
+        """``SELECT`` of the columns of ``table`` that the database has."""
+        return sa.select(*(c for c in table.columns if (table.name, c.name) not in self._missing))
 
     async def ready(self) -> None:
         if self._ready:
@@ -293,6 +305,12 @@ class _Tables:
         if self._lock is None:
             self._lock = anyio.Lock()
         async with self._lock:
+            if not self._create:
+                if not self._ready:
+                    async with self.engine.connect() as conn:
+                        self._missing = await conn.run_sync(_missing_columns)
+                    self._ready = True
+                return
             for attempt in range(1, _CREATE_ATTEMPTS + 1):
                 if self._ready:
                     return
@@ -306,6 +324,19 @@ class _Tables:
                     await anyio.sleep(0.05 * attempt)
                 else:
                     self._ready = True
+
+
+def _missing_columns(conn: sa.Connection) -> set[tuple[str, str]]:
+    """(table, column) pairs the existing tables lack (a table that is missing lacks none:
+    reading it fails with the database's own error)."""
+    inspector = sa.inspect(conn)
+    missing = set()
+    for table in metadata.sorted_tables:
+        if not inspector.has_table(table.name):
+            continue
+        present = {c["name"] for c in inspector.get_columns(table.name)}
+        missing |= {(table.name, c.name) for c in table.columns if c.name not in present}
+    return missing
 
 
 _CREATE_ATTEMPTS = 4

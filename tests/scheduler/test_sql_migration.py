@@ -153,3 +153,18 @@ async def test_replicas_migrating_at_once_all_start(old_engine: AsyncEngine) -> 
     finally:
         for store in stores:
             await store.aclose()
+
+
+async def test_a_reader_that_creates_nothing_reads_the_old_tables_as_they_are(
+    old_engine: AsyncEngine,
+) -> None:
+    """``python -m scheduler runs`` and ``jobs`` (``create=False``) on the tables of the first
+    release, before any scheduler of the new version started: read, never altered."""
+    with anyio.fail_after(10):
+        [old] = await SqlRunStore(old_engine, create=False).query()
+        assert await SqlRunStore(old_engine, create=False).get("old1") == old
+        [definition] = await SqlJobStore(old_engine, create=False).load()
+    assert (old.id, old.result, old.result_repr) == ("old1", None, False)
+    assert definition.paused is False
+    assert "result" not in await columns(old_engine, "scheduler_runs")
+    assert "paused" not in await columns(old_engine, "scheduler_jobs")
