@@ -264,7 +264,10 @@ async def _store_paused(args: argparse.Namespace, paused: bool) -> bool:
 async def _flip(table: _PausableSource, name: str, paused: bool, where: str) -> bool:
     was = await table.is_paused(name)
     if was is None:
-        known = ", ".join(repr(d.name) for d in await table.load()) or "none"
-        raise InputError(f"no job named {name!r} in the job table of {where}; known jobs: {known}")
+        names = [repr(d.name) for d in await table.load()]
+        known = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if names[10:] else "")
+        raise InputError(
+            f"no job named {name!r} in the job table of {where}; known jobs: {known or 'none'}"
+        )
     await table.set_paused(name, paused)
     return was
