@@ -36,8 +36,10 @@ class Settler:
         """Settle on demand until cancelled (a task of the scheduler's task group)."""
         if self._settle is None:
             return
+        # asked for before this task started, or left by an earlier run of the scheduler
+        wanted = self._wanted.is_set() or bool(getattr(self._lock, "unsettled", 0))
         self._wanted = anyio.Event()
-        if getattr(self._lock, "unsettled", 0):  # left by an earlier run of the scheduler
+        if wanted:
             self._wanted.set()
         while True:
             await self._wanted.wait()
