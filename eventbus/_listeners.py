@@ -6,20 +6,50 @@ import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypedDict, TypeVar
 
+from ._events import Event
 from ._failures import FailureRecord
 
 __all__ = [
+    "E",
     "ErrorPolicy",
     "Listener",
+    "ListenerOptions",
+    "OnceOptions",
     "Outcome",
+    "R",
+    "TypedDecorator",
     "default_listener_name",
     "is_async_callable",
     "new_outcome",
 ]
 
 ErrorPolicy = Literal["capture", "propagate"]
+
+E = TypeVar("E", bound=Event)
+R = TypeVar("R")
+
+
+class TypedDecorator(Protocol[E]):
+    """What ``bus.on(OrderPaid)`` returns: takes a listener of that event, returns it unchanged."""
+
+    def __call__(self, fn: Callable[[E], R], /) -> Callable[[E], R]: ...
+
+
+class OnceOptions(TypedDict, total=False):
+    """The keyword options of ``bus.once()`` (for the type checker; see ``bus.on()``)."""
+
+    name: str | None
+    timeout: float | None
+    retries: int
+    errors: ErrorPolicy | None
+
+
+class ListenerOptions(OnceOptions, total=False):
+    """The keyword options of ``bus.on()`` (for the type checker)."""
+
+    once: bool
 
 
 @dataclasses.dataclass(eq=False, slots=True)
