@@ -149,10 +149,10 @@ def compile_plan(plan: Plan, policy: ErrorPolicy, runtime: Runtime) -> tuple[Dis
     if len(subs) == 1 and _plain(subs[0], policy):
         return subs[0].fn, Compiled(plan, subs[0], None)
     source = _source(plan, policy)
-    namespace: dict[str, Any] = {}
-    filename = _register(plan, source)
-    exec(compile(source, filename, "exec"), {"__builtins__": __builtins__}, namespace)
-    values: dict[str, Any] = {
+    # Its own globals: a global load is the cheapest load of a name that is not a local, and a
+    # closure would copy every cell into each call's frame.
+    namespace: dict[str, Any] = {
+        "__builtins__": __builtins__,
         "rt": runtime,
         "isawaitable": inspect.isawaitable,
         "awaitable_error": awaitable_error,
@@ -161,10 +161,15 @@ def compile_plan(plan: Plan, policy: ErrorPolicy, runtime: Runtime) -> tuple[Dis
         "remove": runtime.table.remove,
     }
     for i, sub in enumerate(subs):
-        values[f"l{i}"] = sub.fn
-        values[f"s{i}"] = sub
-    fn: Dispatcher = namespace["make"](**values)
+        namespace[f"l{i}"] = sub.fn
+        namespace[f"s{i}"] = sub
+    exec(compile(source, _register(plan, source), "exec"), namespace)
+    fn: Dispatcher = namespace[_function_name(plan)]
     return fn, Compiled(plan, None, source)
+
+
+def _function_name(plan: Plan) -> str:
+    return "emit_" + plan.event_type.__event_name__.replace(".", "_").replace("-", "_")
 
 
 def _plain(sub: Listener, policy: ErrorPolicy) -> bool:
@@ -180,9 +185,6 @@ def _plain(sub: Listener, policy: ErrorPolicy) -> bool:
 def _source(plan: Plan, policy: ErrorPolicy) -> str:
     ename = plan.event_type.__event_name__
     subs = plan.listeners
-    fname = "emit_" + ename.replace(".", "_").replace("-", "_")
-    params = ["rt", "isawaitable", "awaitable_error", "noted", "ListenerErrors", "remove"]
-    params += [f"{p}{i}" for i in range(len(subs)) for p in ("l", "s")]
     propagate = any((s.errors or policy) == "propagate" for s in subs)
     eager = any(s.is_async or s.retries for s in subs)
     n_async = sum(1 for s in subs if s.is_async)
@@ -197,10 +199,10 @@ def _source(plan: Plan, policy: ErrorPolicy) -> str:
         body += _step(i, sub, (sub.errors or policy) == "propagate")
     if propagate:
         body += ["if raised:", f"    raise ListenerErrors.for_event({ename!r}, raised)"]
-    lines = [f"def make({', '.join(params)}):", f"    def {fname}(event):"]
-    lines += [f"        {line}" if line else "" for line in body]
-    lines += [f"    return {fname}", ""]
-    return "\n".join(lines)
+    lines = [f"def {_function_name(plan)}(event):"] + [
+        f"    {line}" if line else "" for line in body
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _step(i: int, sub: Listener, propagate: bool) -> list[str]:
