@@ -355,7 +355,8 @@ class EventBus:
         :raises ListenerErrors: under ``errors="propagate"``, after every listener finished
         """
         await checkpoint()
-        event = coerce_event(self.registry, event, payload)
+        if payload is not None or not isinstance(event, Event):
+            event = coerce_event(self.registry, event, payload)
         plan = self._table.plan(type(event))
         return await run_plan(plan, event, self._compiled.runtime, self._compiled.policy)
 
