@@ -2,25 +2,24 @@
 
 Records are built only on the failure path, so that capturing costs nothing per emit. Even
 there, the publisher pays only for what must be taken at once: ids, a timestamp, the JSON
-payload, and the traceback as a :class:`traceback.TracebackException` without its source lines
-(file names, line numbers and positions; no frames or locals are kept alive). The traceback
-*text* is rendered from it when the record is first read, which a store does when it writes
-the record (the SQL store, from its background writer) and a reader when it asks for
-``record.traceback``; the text is what :func:`traceback.format_exception` gives.
+payload, and the traceback as a :class:`~eventbus._tracebacks.CapturedTraceback` (no frames or
+locals kept alive, no source read). The traceback *text* is rendered from it when the record's
+``traceback`` is first read, which a store does when it writes the record (the SQL store, from
+its background writer) and a reader when it looks; the text is what
+:func:`traceback.format_exception` gives.
 """
 
 from __future__ import annotations
 
-import collections.abc
 import dataclasses
 import enum
 import os
-import traceback
 from datetime import UTC, datetime
 from typing import Any
 
 from ._codec import encode_payload
 from ._events import Event
+from ._tracebacks import CapturedTraceback
 
 __all__ = ["FailureRecord", "FailureStatus", "new_event_id", "qualified_type", "safe_str"]
 
@@ -92,47 +91,12 @@ class FailureRecord:
         return _new_record(event_id, event_name, "null", False, listener, exc, "", attempts, now)
 
 
-class _CapturedTraceback:
-    """A traceback taken without source lines; :meth:`render` gives the text."""
-
-    __slots__ = ("_exc",)
-
-    def __init__(self, exc: BaseException) -> None:
-        self._exc = traceback.TracebackException(
-            type(exc), exc, exc.__traceback__, lookup_lines=False, compact=True
-        )
-        _freeze_notes(self._exc)
-
-    def render(self, rec: FailureRecord) -> str:
-        try:
-            return "".join(self._exc.format())
-        except Exception:
-            return f"{rec.error_type}: {rec.message}\n(traceback could not be formatted)\n"
-
-
-def _freeze_notes(te: traceback.TracebackException) -> None:
-    # The capture shares each exception's notes list; the bus adds a note under "propagate"
-    # after recording, which the text rendered later must not show (it would not have then).
-    seen: set[int] = set()
-    todo = [te]
-    while todo:
-        te = todo.pop()
-        if id(te) in seen:
-            continue
-        seen.add(id(te))
-        notes = te.__notes__
-        if isinstance(notes, collections.abc.MutableSequence):
-            te.__notes__ = list(notes)
-        todo.extend(t for t in (te.__cause__, te.__context__) if t is not None)
-        todo.extend(te.exceptions or ())
-
-
-def _capture_traceback(exc: BaseException) -> str | _CapturedTraceback:
+def _capture_traceback(exc: BaseException) -> str | CapturedTraceback:
     if exc.__traceback__ is None and exc.__cause__ is None and exc.__context__ is None:
         # A bus-made error (dropped, shutdown) has no frames: skip the traceback machinery.
         return f"{qualified_type(exc)}: {safe_str(exc)}\n"
     try:
-        return _CapturedTraceback(exc)
+        return CapturedTraceback(exc)
     except Exception:
         return f"{qualified_type(exc)}: {safe_str(exc)}\n(traceback could not be formatted)\n"
 
@@ -149,8 +113,11 @@ class _RenderedOnRead:
         if rec is None:
             return self
         value = _slot.__get__(rec, owner)
-        if value.__class__ is _CapturedTraceback:
-            value = value.render(rec)
+        if value.__class__ is CapturedTraceback:
+            try:
+                value = value.render()
+            except Exception:
+                value = f"{rec.error_type}: {rec.message}\n(traceback could not be formatted)\n"
             _slot.__set__(rec, value)
         return value
 
@@ -193,7 +160,7 @@ def _new_record(
     payload_ok: bool,
     listener: str,
     exc: BaseException,
-    tb: str | _CapturedTraceback,
+    tb: str | CapturedTraceback,
     attempts: int,
     now: datetime,
 ) -> FailureRecord:
