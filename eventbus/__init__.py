@@ -3,9 +3,11 @@
 =====================  ===============================  ===================================
 call                   sync listener                    async listener
 =====================  ===============================  ===================================
-``emit(e)``            runs inline, in order, before    queued for the bus's workers;
-                       ``emit`` returns                 ``emit`` returns without waiting
-                                                        (needs ``async with bus:``)
+``emit(e)``            runs inline, in order, before    queued for the bus's workers, each
+                       ``emit`` returns                 run in a copy of the publisher's
+                                                        context taken at emit time; ``emit``
+                                                        returns without waiting (needs
+                                                        ``async with bus:``)
 ``await emit_async``   runs inline, in order            run concurrently; awaited
 =====================  ===============================  ===================================
 
