@@ -7,9 +7,9 @@ only one. Every call becomes an :class:`Outcome`, in subscription order.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import time
-from collections.abc import Coroutine
 from typing import Any
 
 import anyio
@@ -84,8 +84,12 @@ async def run_plan(
         if len(spawn) == 1:
             i, sub = spawn[0]
             await _run(outcomes, i, sub, emission, runtime)  # in this task, after the sync ones
+        elif spawn and on_asyncio():
+            await _gather_asyncio(spawn, outcomes, emission, runtime)
         elif spawn:
-            await _concurrently([_run(outcomes, i, sub, emission, runtime) for i, sub in spawn])
+            async with anyio.create_task_group() as tg:
+                for i, sub in spawn:
+                    tg.start_soon(_run, outcomes, i, sub, emission, runtime)
     finally:
         nesting.leave_hop(token)
     done: list[Outcome] = [o for o in outcomes if o is not None] if skipped else outcomes
@@ -131,22 +135,73 @@ def _failed(
     return new_outcome(sub.name, None, exc, end - start, rec)
 
 
-async def _concurrently(calls: list[Coroutine[Any, Any, None]]) -> None:
-    """Await *calls* in a task group, each task in a copy of this task's context."""
-    if on_asyncio():
-        # asyncio's own task group is far cheaper than anyio's, with the same rules: each task
-        # runs in a copy of the context, a BaseException cancels the siblings, and a cancelled
-        # publisher cancels them (our cancel scopes work in any asyncio task).
-        import asyncio
+async def _gather_asyncio(
+    calls: list[tuple[int, Listener]], outcomes: list[Any], emission: Emission, runtime: Runtime
+) -> None:
+    """Run *calls* as asyncio tasks and wait for all of them, under a task group's rules.
 
-        async with asyncio.TaskGroup() as atg:
-            for call in calls:
-                atg.create_task(call)
-    else:
-        async with anyio.create_task_group() as tg:
-            for call in calls:
-                tg.start_soon(_awaited, call)
+    Each task runs in a copy of this task's context; a listener's exception becomes its
+    outcome; a ``BaseException`` that is not a cancellation cancels the other calls and is
+    raised once all ended; a cancelled publisher cancels them all, waits, and propagates.
+    Cheaper than ``asyncio.TaskGroup`` around a wrapper coroutine per call: a plain async
+    listener's coroutine is the task itself, and one done callback makes its outcome.
+    """
+    import asyncio
 
+    loop = asyncio.get_running_loop()
+    sink = runtime.sink
+    event = emission.event
+    tasks: list[asyncio.Task[Any]] = []
+    left = len(calls)
+    aborting = False
+    base_error: BaseException | None = None
+    waiter = loop.create_future()
 
-async def _awaited(call: Coroutine[Any, Any, None]) -> None:
-    await call
+    def abort() -> None:
+        nonlocal aborting
+        aborting = True
+        for task in tasks:
+            task.cancel()
+
+    def ended(i: int, sub: Listener | None, start: float, task: asyncio.Task[Any]) -> None:
+        # sub is None for a call wrapped in _run, which stores its own outcome.
+        nonlocal left, base_error
+        end = _perf()
+        left -= 1
+        if task.cancelled():
+            if not aborting and sub is not None:  # it raised the cancellation itself
+                try:
+                    task.result()
+                except asyncio.CancelledError as exc:
+                    rec = sink.capture(event, emission.event_id, sub.name, exc, 1)
+                    outcomes[i] = new_outcome(sub.name, None, exc, end - start, rec)
+        elif (error := task.exception()) is None:
+            if sub is not None:
+                outcomes[i] = new_outcome(sub.name, task.result(), None, end - start, None)
+        elif isinstance(error, Exception) and sub is not None:
+            rec = sink.capture(event, emission.event_id, sub.name, error, 1)
+            outcomes[i] = new_outcome(sub.name, None, error, end - start, rec)
+        elif base_error is None:  # not a listener's failure: take the others down, raise it
+            base_error = error
+            abort()
+        if not left and not waiter.done():
+            waiter.set_result(None)
+
+    for i, sub in calls:
+        plain = sub.timeout is None and not sub.retries
+        coro = sub.fn(event) if plain else _run(outcomes, i, sub, emission, runtime)
+        task = loop.create_task(coro)
+        task.add_done_callback(functools.partial(ended, i, sub if plain else None, _perf()))
+        tasks.append(task)
+    cancelled: BaseException | None = None
+    while left:
+        try:
+            await waiter
+        except asyncio.CancelledError as exc:  # the publisher: cancel the calls, wait for them
+            cancelled = cancelled or exc
+            abort()
+            waiter = loop.create_future()
+    if cancelled is not None:
+        raise cancelled
+    if base_error is not None:
+        raise base_error
