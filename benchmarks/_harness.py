@@ -136,19 +136,15 @@ def counted_async(
     count: int,
 ) -> tuple[list[Callable[[object], Awaitable[None]]], Callable[[], int]]:
     """Like :func:`counted`, for async listeners (that do not await)."""
-    calls = 0
+    counters, done = counted(count)
 
-    def make() -> Callable[[object], Awaitable[None]]:
+    def make(count_call: Callable[[object], None]) -> Callable[[object], Awaitable[None]]:
         async def listener(event: object) -> None:
-            nonlocal calls
-            calls += 1
+            count_call(event)
 
         return listener
 
-    def done() -> int:
-        return calls
-
-    return [make() for _ in range(count)], done
+    return [make(c) for c in counters], done
 
 
 @dataclasses.dataclass(frozen=True)
