@@ -11,11 +11,12 @@ call                   sync listener                    async listener
 ``await emit_async``   runs inline, in order            run concurrently; awaited
 =====================  ===============================  ===================================
 
-Where errors go: every listener exception is caught per listener, logged at ERROR, written to
-``bus.failures`` as a :class:`FailureRecord` and passed to ``on_failure``. Under ``capture``
-(the default) the publisher never sees it; under ``propagate`` the remaining listeners still
-run, then the publisher gets a :class:`ListenerErrors` group. Background listeners (async ones
-started by ``emit``) can only capture: nobody is waiting for them.
+Where errors go: every listener exception is caught per listener, logged at ERROR (a few lines
+per listener and error type a minute, then a count of the rest), written to ``bus.failures`` as
+a :class:`FailureRecord` and passed to ``on_failure``. Under ``capture`` (the default) the
+publisher never sees it; under ``propagate`` the remaining listeners still run, then the
+publisher gets a :class:`ListenerErrors` group. Background listeners (async ones started by
+``emit``) can only capture: nobody is waiting for them.
 """
 
 from __future__ import annotations

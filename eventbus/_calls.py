@@ -10,6 +10,7 @@ import inspect
 import math
 import sys
 import time
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -87,16 +88,17 @@ def cancelled_from_outside() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-async def checkpoint() -> None:
+def checkpoint() -> Awaitable[None]:
     """Let other tasks run (and deliver a pending cancellation): on asyncio, ``sleep(0)``.
 
-    anyio's own checkpoint does the same after probing for the event loop (about 2 µs).
+    anyio's own checkpoint does the same after probing for the event loop (about 2 µs); this
+    returns the awaitable to await, so that it adds no coroutine of its own.
     """
     aio = sys.modules.get("asyncio")
     if aio is not None and aio._get_running_loop() is not None:
-        await aio.sleep(0)
-    else:
-        await anyio.lowlevel.checkpoint()
+        sleep: Awaitable[None] = aio.sleep(0)
+        return sleep
+    return anyio.lowlevel.checkpoint()
 
 
 def on_asyncio() -> bool:

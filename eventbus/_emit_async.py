@@ -44,14 +44,15 @@ async def run_plan(
     subs = plan.listeners
     if not subs:
         return []
-    emission = Emission(event, depth + 1)
+    # Made when first needed (a failure, a retry, an async call): most emits need none.
+    emission: Emission | None = None
     # Outcome | None until every call ended (None: a once listener this emit did not run).
     outcomes: list[Any] = [None] * len(subs)
     spawn: list[tuple[int, Listener]] = []
     skipped = False
     failures_before = sink.count
     # One hop for the whole emit: the listeners' tasks copy the context it sets.
-    token = nesting.enter_hop(emission.depth)
+    token = nesting.enter_hop(depth + 1)
     try:
         start = _perf()
         for i, sub in enumerate(subs):
@@ -65,6 +66,7 @@ async def run_plan(
                 spawn.append((i, sub))
                 continue
             if sub.retries:
+                emission = emission or Emission(event, depth + 1)
                 await _run(outcomes, i, sub, emission, runtime)  # backs off between attempts
                 start = _perf()
                 continue
@@ -75,21 +77,24 @@ async def run_plan(
                 if value is not None and _isawaitable(value):
                     value = await value
             except BaseException as exc:
+                emission = emission or Emission(event, depth + 1)
                 outcomes[i] = _failed(exc, sub, emission, sink, start)
                 start = _perf()
             else:
                 end = _perf()
                 outcomes[i] = new_outcome(sub.name, value, None, end - start, None)
                 start = end
-        if len(spawn) == 1:
-            i, sub = spawn[0]
-            await _run(outcomes, i, sub, emission, runtime)  # in this task, after the sync ones
-        elif spawn and on_asyncio():
-            await _gather_asyncio(spawn, outcomes, emission, runtime)
-        elif spawn:
-            async with anyio.create_task_group() as tg:
-                for i, sub in spawn:
-                    tg.start_soon(_run, outcomes, i, sub, emission, runtime)
+        if spawn:
+            emission = emission or Emission(event, depth + 1)
+            if len(spawn) == 1:
+                i, sub = spawn[0]
+                await _run(outcomes, i, sub, emission, runtime)  # in this task, after the others
+            elif on_asyncio():
+                await _gather_asyncio(spawn, outcomes, emission, runtime)
+            else:
+                async with anyio.create_task_group() as tg:
+                    for i, sub in spawn:
+                        tg.start_soon(_run, outcomes, i, sub, emission, runtime)
     finally:
         nesting.leave_hop(token)
     done: list[Outcome] = [o for o in outcomes if o is not None] if skipped else outcomes
