@@ -13,18 +13,17 @@ The bus owns parts that each keep their own state and know nothing of the bus:
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Self, Unpack, overload
 
 from anyio.abc import TaskGroup
 
 from ._calls import checkpoint
-from ._compiler import Compiled, DispatchCache, Dispatcher, Runtime
+from ._compiler import DispatchCache, Runtime
 from ._emit_async import run_plan
 from ._events import Event, EventRegistry, coerce_event, default_registry
 from ._exceptions import RecursionLimitError
-from ._failures import FailureRecord, new_event_id
+from ._failures import FailureRecord
 from ._lifecycle import TaskGroupHost
 from ._listeners import (
     E,
@@ -38,7 +37,7 @@ from ._listeners import (
 )
 from ._nesting import Nesting
 from ._pool import WorkerPool
-from ._sink import FailureSink, awaitable_error
+from ._sink import FailureSink
 from ._table import ListenerTable, check_policy
 from .backends.memory import MemoryFailureStore
 
@@ -90,7 +89,6 @@ class EventBus:
         "_sink",
         "_table",
         "queue_size",
-        "registry",
         "shutdown_grace",
         "workers",
     )
@@ -113,12 +111,11 @@ class EventBus:
                 "queue_size must be >= 0, workers >= 1, max_depth >= 1 and shutdown_grace >= 0"
             )
         check_policy(errors)
-        self.registry = registry if registry is not None else default_registry
         self.queue_size = queue_size
         self.workers = workers
         self.shutdown_grace = shutdown_grace
         self._nesting = Nesting(max_depth)
-        self._table = ListenerTable(self.registry)
+        self._table = ListenerTable(registry if registry is not None else default_registry)
         self._sink = FailureSink(failures if failures is not None else MemoryFailureStore())
         self._sink.hook = on_failure
         self._pool = WorkerPool(self._sink, self._nesting, backoff=retry_backoff)
@@ -130,6 +127,16 @@ class EventBus:
         self._host = TaskGroupHost()
 
     # -- settings -----------------------------------------------------------------------------
+
+    @property
+    def registry(self) -> EventRegistry:
+        """Where event names are looked up; subscriptions and emits are checked against it."""
+        return self._table.registry
+
+    @registry.setter
+    def registry(self, registry: EventRegistry) -> None:
+        self._table.registry = registry
+        self._table.invalidate()
 
     @property
     def errors(self) -> ErrorPolicy:
@@ -300,11 +307,11 @@ class EventBus:
         nesting.level = 1
         try:
             if (value := call(event)) is not None:
-                self._returned(compiled, value)
+                compiled.returned(value)
         except Exception as exc:
             if compiled.single is None:
-                raise  # raised on purpose by a compiled function: ListenerErrors, not running
-            self._single_failed(compiled.single, event, exc)
+                raise  # meant for the publisher: generated functions record their listeners'
+            compiled.record(self._sink, event, exc)
         finally:
             nesting.level = 0
         return None
@@ -317,30 +324,15 @@ class EventBus:
         if nesting.depth() >= nesting.max_depth:
             raise RecursionLimitError(event.__event_name__, nesting.max_depth)
         nesting.level += 1
-        try:
-            self._call(call, compiled, event)
-        finally:
-            nesting.level -= 1
-
-    def _call(self, call: Dispatcher, compiled: Compiled, event: Event) -> None:
-        # What emit() inlines on its hot path.
-        try:
+        try:  # as in emit()
             if (value := call(event)) is not None:
-                self._returned(compiled, value)
+                compiled.returned(value)
         except Exception as exc:
             if compiled.single is None:
                 raise
-            self._single_failed(compiled.single, event, exc)
-
-    @staticmethod
-    def _returned(compiled: Compiled, value: object) -> None:
-        # Only a lone listener called directly returns anything: generated functions return None.
-        if compiled.single is not None and inspect.isawaitable(value):
-            raise awaitable_error(compiled.single.name, value)
-
-    def _single_failed(self, sub: Listener, event: object, exc: Exception) -> None:
-        assert isinstance(event, Event)
-        self._sink.capture(event, new_event_id(), sub.name, exc, 1)
+            compiled.record(self._sink, event, exc)
+        finally:
+            nesting.level -= 1
 
     def _dispatch_source(self, event: type[Event]) -> str | None:
         """The generated source ``emit()`` runs for *event* (``None``: it calls one listener)."""

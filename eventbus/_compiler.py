@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from ._calls import Emission, add_note_once, call_sync
 from ._events import Event
 from ._exceptions import BusNotRunningError, ListenerErrors
+from ._failures import new_event_id
 from ._listeners import ErrorPolicy, Listener
 from ._nesting import Nesting
 from ._sink import FailureSink, awaitable_error
@@ -54,6 +55,19 @@ class Compiled:
     plan: Plan
     single: Listener | None
     source: str | None
+
+    def returned(self, value: object) -> None:
+        """What the callable returned: a lone listener's awaitable is its error (never awaited).
+
+        :raises TypeError: naming the listener, after closing the awaitable
+        """
+        if self.single is not None and inspect.isawaitable(value):
+            raise awaitable_error(self.single.name, value)
+
+    def record(self, sink: FailureSink, event: object, exc: Exception) -> None:
+        """Record what the lone listener raised (``emit()`` called it directly)."""
+        assert self.single is not None and isinstance(event, Event)
+        sink.capture(event, new_event_id(), self.single.name, exc, 1)
 
 
 class _Queue(Protocol):
