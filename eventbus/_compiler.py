@@ -11,8 +11,15 @@ its failure.
 
 The source is registered with :mod:`linecache` under a name such as
 ``<eventbus: emit('order.paid') 3f2a9c1e>``, so tracebacks through it show its lines. Print it
-with ``bus._dispatch_source(OrderPaid)``. A feature that adds per-listener work (call limits,
-instrumentation) adds a step here, emitted only for the listeners or buses that use it.
+with ``bus._dispatch_source(OrderPaid)``. Measured against the alternatives (a closure looping
+over a tuple, a chain of nested closures), generated source is the fastest by far, and reads
+best in a traceback.
+
+Room for what comes next: a per-listener call limit is a step like ``once``'s, written only for
+the listeners that have one; a causality context variable or instrumentation hooks are lines
+around the calls, written only when the bus has them switched on (a lone listener then gets a
+generated function too), so a bus without them runs exactly the code it runs today. Call order
+is the table's business: plans arrive ordered.
 """
 
 from __future__ import annotations
