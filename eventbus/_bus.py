@@ -299,22 +299,24 @@ class EventBus:
         # async listener call in progress). Everything else takes _emit_checked.
         try:
             call, compiled = self._dispatch[type(event)]
-        except KeyError:  # not compiled yet, or not an event: outside this block, so that
-            call = None  # the KeyError is not the context of what a listener raises
-        nesting = self._nesting
-        if call is None or payload is not None or nesting.level:
-            return self._emit_checked(event, payload)
-        nesting.level = 1
-        try:
-            if (value := call(event)) is not None:
-                compiled.returned(value)
-        except Exception as exc:
-            if compiled.single is None:
-                raise  # meant for the publisher: generated functions record their listeners'
-            compiled.record(self._sink, event, exc)
-        finally:
-            nesting.level = 0
-        return None
+        except KeyError:
+            pass  # not compiled yet, or not an event (the check runs outside this handler, so
+            # that the KeyError does not become the context of what a listener raises)
+        else:
+            nesting = self._nesting
+            if payload is None and not nesting.level:
+                nesting.level = 1
+                try:
+                    if (value := call(event)) is not None:
+                        compiled.returned(value)
+                except Exception as exc:
+                    if compiled.single is None:
+                        raise  # for the publisher: generated functions record their listeners'
+                    compiled.record(self._sink, event, exc)
+                finally:
+                    nesting.level = 0
+                return None
+        return self._emit_checked(event, payload)
 
     def _emit_checked(self, event: Event | str, payload: Mapping[str, Any] | None) -> None:
         """``emit()`` with every check: coercion, compiling, and the depth limit."""
