@@ -3,8 +3,12 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# A second venv with the runtime dependencies only (`pip install .`, no extras): an import
+# that only an extra satisfies fails there. Rebuilt when pyproject.toml changes, like STAMP.
+RUNTIME       := .venv-runtime
+RUNTIME_STAMP := $(RUNTIME)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint bench servers screenshots clean
+.PHONY: demo test lint bench servers runtime-deps screenshots clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -12,6 +16,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench,web]'
 	rm -f $(VENV)/.installed-*
 	touch $@
+
+$(RUNTIME_STAMP): pyproject.toml
+	test -x $(RUNTIME)/bin/python || $(PYTHON) -m venv $(RUNTIME)
+	$(RUNTIME)/bin/python -m pip install --quiet --upgrade pip
+	$(RUNTIME)/bin/python -m pip install --quiet .
+	rm -f $(RUNTIME)/.installed-*
+	touch $@
+
+# Imports every module and runs each CLI's --help in that venv. From the repository root the
+# working tree's code shadows the installed copy, so the check sees today's code.
+runtime-deps: $(RUNTIME_STAMP)
+	@$(RUNTIME)/bin/python -m tests.runtime_deps > $(RUNTIME)/last-check.txt 2>&1 \
+	  || { cat $(RUNTIME)/last-check.txt; exit 1; }
+	@echo "runtime dependencies only: $$(grep -c '^ok' $(RUNTIME)/last-check.txt) checks ok, $$(grep -c '^skip' $(RUNTIME)/last-check.txt) skipped (see $(RUNTIME)/last-check.txt)"
 
 # Throwaway redis-server and PostgreSQL servers are started by the test session itself
 # (tests/conftest.py, on free loopback ports), and the console's browser tests drive Debian's
@@ -40,7 +58,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check eventbus scheduler domain tests benchmarks
 	$(BIN)/mypy
 
-test: $(STAMP) servers lint
+test: $(STAMP) servers lint runtime-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # The README's screenshots of the console (docs/console-*.png), taken by its browser tests.
@@ -51,4 +69,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(RUNTIME) .mypy_cache .ruff_cache .pytest_cache .hypothesis
