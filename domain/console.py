@@ -30,6 +30,8 @@ from eventbus.console import (
     parse_int,
 )
 
+from scheduler.console import scheduler_pages
+
 from .app import App
 from .db import articles, short_links
 from .exceptions import DomainError
@@ -216,7 +218,11 @@ def domain_console(app: App, *, public_url: str | None = None, **options: Any) -
 
     *options* go to :class:`~eventbus.console.Console` (``secret=``, ``read_only=``...).
     """
-    pages = [*bus_pages(app.bus), *domain_pages(app, public_url=public_url)]
+    pages = [
+        *bus_pages(app.bus),
+        *scheduler_pages(app.scheduler),
+        *domain_pages(app, public_url=public_url),
+    ]
     return Console(pages, **options)
 
 

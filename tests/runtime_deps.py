@@ -26,6 +26,7 @@ NEEDS_EXTRA = {
     "domain.console": "needs the 'web' extra (starlette, jinja2)",
     "domain.web": "needs the 'web' extra (starlette, uvicorn)",
     "eventbus.console": "needs the 'web' extra (starlette, jinja2, itsdangerous)",
+    "scheduler.console": "needs the 'web' extra (starlette, jinja2)",
     "eventbus.pytest_plugin": "needs pytest; pytest loads it through its entry point",
 }
 

@@ -184,10 +184,46 @@ def test_create_a_short_link_and_follow_it(person: Operator, server: LiveServer)
     assert code in person.text("#links")
 
 
+def test_pause_a_job_see_its_fires_skipped_and_trigger_one(person: Operator) -> None:
+    person.login()
+    person.open("/ops/jobs")
+    row = person.find("tr[data-job='publish_due']")  # fires every second (the demo's plan)
+    assert "* * * * * *" in row.text
+    person.submit(row.find_element(person.by.CSS_SELECTOR, "form[action$='/pause'] button"))
+    assert person.text("#result").startswith("Paused publish_due")
+    assert person.text("tr[data-job='publish_due'] td.state") == "paused"
+    deadline = time.monotonic() + 10
+    while True:
+        person.open("/ops/runs?job=publish_due&status=skipped")
+        skipped = [r.text for r in person.find_all("table.runs tbody tr") if "paused" in r.text]
+        if len(skipped) >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert len(skipped) >= 2, skipped
+    person.open("/ops/jobs")
+    person.submit(person.find("tr[data-job='publish_due'] form[action$='/resume'] button"))
+    assert person.text("tr[data-job='publish_due'] td.state") == "active"
+
+    def manual_runs() -> int:  # on the job's page; the app ran one at start (an empty pool)
+        return sum("manual" in r.text for r in person.find_all("table.runs tbody tr"))
+
+    person.open("/ops/jobs/refill_pool")
+    before = manual_runs()
+    person.open("/ops/jobs")
+    person.submit(person.find("tr[data-job='refill_pool'] form[action$='/trigger'] button"))
+    assert person.text("#result").startswith("Ran refill_pool now: succeeded in ")
+    assert person.text("h1") == "Job refill_pool"
+    assert manual_runs() == before + 1
+    newest = person.find("table.runs tbody tr").text
+    assert "manual" in newest and "succeeded" in newest
+
+
 PAGES = [
     ("overview", "/ops/"),
     ("failures", "/ops/failures"),
     ("bus", "/ops/bus"),
+    ("jobs", "/ops/jobs"),
+    ("runs", "/ops/runs"),
     ("links", "/ops/links"),
     ("articles", "/ops/articles"),
     ("actions", "/ops/actions"),
