@@ -29,7 +29,6 @@ from eventbus.console import (
     parse_datetime,
     parse_int,
 )
-
 from scheduler.console import scheduler_pages
 
 from .app import App
