@@ -130,6 +130,13 @@ def bar_chart(bars: Sequence[Bar], *, label: str, unit: str = "") -> Markup:
             f'<rect x="{x:.1f}" y="{TOP}" width="{width:.1f}" height="{inner_h}" '
             'fill="transparent"/>'
         )
+        if bar.values and not any(v > 0 for v in bar.values.values()):
+            # a zero (a skipped run's duration): a stub on the axis, so that it shows
+            name = next(iter(bar.values))
+            parts.append(
+                f'<rect x="{x:.1f}" y="{y - 2:.1f}" width="{width:.1f}" height="2" '
+                f'fill="{_color(name, names)}"/>'
+            )
         for name in names:
             value = bar.values.get(name, 0)
             if value <= 0:
