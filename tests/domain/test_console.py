@@ -4,11 +4,9 @@ the ``/ops`` mount in :mod:`domain.web`, the view history, and the web demo's da
 from __future__ import annotations
 
 import html
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import anyio
 import httpx
 import pytest
 from sqlalchemy import insert, update
@@ -21,7 +19,7 @@ from domain.web import WebConfig, create_app
 from domain.web_demo import seed
 from eventbus.console import LoginSecretError
 from tests.console_support import TOKEN, login, result_banner
-from tests.domain.test_web import settle
+from tests.domain.conftest import domain_app, settle
 
 
 @pytest.fixture
@@ -37,28 +35,8 @@ def config(tmp_path: Path) -> WebConfig:
 
 
 @pytest.fixture
-async def web(config: WebConfig) -> AsyncIterator[Starlette]:
-    app = create_app(config)
-    with anyio.fail_after(10):
-        async with app.router.lifespan_context(app):
-            yield app
-
-
-@pytest.fixture
-async def client(web: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=web)
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
-        yield c
-
-
-@pytest.fixture
 async def csrf(client: httpx.AsyncClient) -> str:
     return await login(client)
-
-
-def domain_app(web: Starlette) -> App:
-    app: App = web.state.domain
-    return app
 
 
 def text(response: httpx.Response) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -17,12 +16,13 @@ from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
 
-from domain import AdminTokenError, App
+from domain import AdminTokenError
 from domain.db import articles
 from domain.events import ArticleViewed, OrderPaid, ShortlinkVisited
 from domain.web import WebConfig, create_app
-from eventbus import Event, EventBus
+from eventbus import Event
 from eventbus.testing import RecordingListener, capture_failures
+from tests.domain.conftest import domain_app, settle
 
 TOKEN = "s3cret-admin-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -38,39 +38,6 @@ def config(tmp_path: Path) -> WebConfig:
     return WebConfig(
         db=tmp_path / "web.db", admin_token=TOKEN, app_options={"refill_watermark": 20}
     )
-
-
-@pytest.fixture
-async def web(config: WebConfig) -> AsyncIterator[Starlette]:
-    """The app with its lifespan entered (httpx's ASGITransport does not run lifespans)."""
-    app = create_app(config)
-    with anyio.fail_after(10):
-        async with app.router.lifespan_context(app):
-            yield app
-
-
-@pytest.fixture
-async def client(web: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=web, client=("203.0.113.7", 4711))
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
-        yield c
-
-
-def domain_app(web: Starlette) -> App:
-    app: App = web.state.domain
-    return app
-
-
-async def settle(bus: EventBus) -> None:
-    """Wait until the bus's background listeners finished what the request queued.
-
-    A job handed to an idle worker is in neither counter until that worker runs, hence the
-    wait for every task to block first.
-    """
-    with anyio.fail_after(5):
-        await wait_all_tasks_blocked()
-        while (s := bus.statistics()).queued or s.in_flight:
-            await wait_all_tasks_blocked()
 
 
 # -- lifespan and health -------------------------------------------------------------------------
