@@ -22,7 +22,7 @@ from domain import App, Schedules
 from domain.web import WebConfig, create_app
 from domain.web_demo import seed
 from tests.console_support import TOKEN, LiveServer, chromium
-from tests.eventbus.console_app import Invoicer
+from tests.eventbus.console.conftest import Invoicer
 
 pytestmark = pytest.mark.browser
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -13,18 +12,8 @@ import pytest
 from eventbus import EventBus, FailureStatus
 from eventbus.console import Bar, bar_chart, line_chart, time_buckets
 from tests.console_support import login, result_banner
-from tests.eventbus.console_app import Invoicer, console_client, make_bus
+from tests.eventbus.console.conftest import Invoicer, make_bus
 from tests.eventbus.helpers import OrderPaid, OrderShipped
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def invoicer() -> Invoicer:
-    return Invoicer()
 
 
 @pytest.fixture
@@ -36,12 +25,6 @@ def bus(invoicer: Invoicer) -> EventBus:
         raise KeyError(event.order_id)
 
     return bus
-
-
-@pytest.fixture
-async def client(bus: EventBus) -> AsyncIterator[httpx.AsyncClient]:
-    async with console_client(bus) as (c, _console):
-        yield c
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ read-only mode, the action log, and the headers on every response."""
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import httpx
@@ -17,29 +16,8 @@ from starlette.routing import Mount
 from eventbus import EventBus, FailureStatus
 from eventbus.console import Action, Console, LoginSecretError, View, bus_pages
 from tests.console_support import TOKEN, csrf_of, field_of, login
-from tests.eventbus.console_app import Invoicer, console_client, make_bus
+from tests.eventbus.console.conftest import Invoicer, console_client
 from tests.eventbus.helpers import OrderPaid
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def invoicer() -> Invoicer:
-    return Invoicer()
-
-
-@pytest.fixture
-def bus(invoicer: Invoicer) -> EventBus:
-    return make_bus(invoicer)
-
-
-@pytest.fixture
-async def client(bus: EventBus) -> AsyncIterator[httpx.AsyncClient]:
-    async with console_client(bus) as (c, _console):
-        yield c
 
 
 async def a_failure(bus: EventBus) -> str:

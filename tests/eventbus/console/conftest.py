@@ -1,4 +1,5 @@
-"""A bus with a listener that fails until it is fixed, and its console mounted at ``/ops``."""
+"""Fixtures of the console tests: a bus with a listener that fails until it is fixed
+(``tests:invoice``), and an httpx client of its console mounted at ``/ops``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
@@ -46,3 +48,24 @@ async def console_client(
     transport = httpx.ASGITransport(app=web, client=("203.0.113.9", 5555))
     async with bus, httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
         yield c, console
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def invoicer() -> Invoicer:
+    return Invoicer()
+
+
+@pytest.fixture
+def bus(invoicer: Invoicer) -> EventBus:
+    return make_bus(invoicer)
+
+
+@pytest.fixture
+async def client(bus: EventBus) -> AsyncIterator[httpx.AsyncClient]:
+    async with console_client(bus) as (c, _console):
+        yield c
