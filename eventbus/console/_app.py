@@ -26,6 +26,7 @@ from starlette.types import Receive, Scope, Send
 
 from ._audit import AuditLog, AuditOutcome, MemoryAuditLog
 from ._pages import Action, ActionError, ConsolePage, PageRequest, View, console_url
+from ._requests import client_address, read_form, safe_next
 from ._security import (
     LOGIN_COOKIE,
     LOGIN_TTL,
@@ -45,7 +46,6 @@ __all__ = ["Console"]
 
 logger = logging.getLogger("eventbus.console")
 
-MAX_FORM_BYTES = 64 * 1024
 MAX_USER = 64
 
 
@@ -232,7 +232,7 @@ class Console:
             status=401 if error else 200,
             nonce=nonce,
             error=error,
-            next=_safe_next(request, request.query_params.get("next")),
+            next=safe_next(request, request.query_params.get("next")),
         )
         set_cookie(
             response,
@@ -247,7 +247,7 @@ class Console:
     async def _login(self, request: Request) -> Response:
         if self._secret is None:
             return self._not_signed_in(request)
-        form = await self._read_form(request)
+        form = await self._form(request)
         if isinstance(form, Response):
             return form
         nonce = form.get("nonce")
@@ -272,11 +272,11 @@ class Console:
                 "it is recorded with every action you take.",
             )
         if not (isinstance(token, str) and secret_matches(token, self._secret)):
-            logger.warning("console login refused for %r from %s", user, _client(request))
+            logger.warning("console login refused for %r from %s", user, client_address(request))
             return await self._login_form(request, error="Wrong token.")
         _session, value = self._signer.new_session(user)
-        logger.info("console login of %r from %s", user, _client(request))
-        next_path = _safe_next(request, form.get("next")) or console_url(request, "/")
+        logger.info("console login of %r from %s", user, client_address(request))
+        next_path = safe_next(request, form.get("next")) or console_url(request, "/")
         response = RedirectResponse(next_path, status_code=303)
         self._set_session(response, request, value)
         response.delete_cookie(LOGIN_COOKIE, path=self._cookie_path(request))
@@ -284,7 +284,7 @@ class Console:
 
     async def _logout(self, request: Request) -> Response:
         session, _ = await self._session(request)
-        form = await self._read_form(request)
+        form = await self._form(request)
         if isinstance(form, Response):
             return form
         if session is not None and not csrf_matches(session, form.get("csrf")):
@@ -358,7 +358,7 @@ class Console:
         session, cookie = await self._session(request)
         if session is None:
             return self._not_signed_in(request)
-        form = await self._read_form(request)
+        form = await self._form(request)
         if isinstance(form, Response):
             return form
         if not csrf_matches(session, form.get("csrf")):
@@ -382,7 +382,7 @@ class Console:
                 status=exc.status,
                 title="Not done",
                 message=exc.message,
-                back=_safe_next(request, request.headers.get("referer")),
+                back=safe_next(request, request.headers.get("referer")),
             )
             return self._finish(response, request, cookie)
         except Exception as exc:
@@ -397,7 +397,7 @@ class Console:
             )
             return self._finish(response, request, cookie)
         entry = self._log(request, session, action.name, done.target or target, "ok", done.message)
-        back = done.back or _safe_next(request, request.headers.get("referer"))
+        back = done.back or safe_next(request, request.headers.get("referer"))
         back_url = back or console_url(request, "/")
         sep = "&" if "?" in back_url else "?"
         redirect = RedirectResponse(f"{back_url}{sep}done={entry.id}", status_code=303)
@@ -415,7 +415,7 @@ class Console:
         return self.audit.append(
             at=datetime.now(UTC),
             user=session.user,
-            client=_client(request),
+            client=client_address(request),
             action=action,
             target=target,
             outcome=outcome,
@@ -429,36 +429,13 @@ class Console:
             request, "error.html", status=403, session=session, title="Refused", message=message
         )
 
-    async def _read_form(self, request: Request) -> FormData | Response:
-        """The urlencoded form of a ``POST``, at most 64 KiB; else a 400/413/415 page."""
-        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if kind != "application/x-www-form-urlencoded":
-            return self._page(
-                request,
-                "error.html",
-                status=415,
-                title="Not a form",
-                message="Send the console's forms as application/x-www-form-urlencoded.",
-            )
-        size = 0
-        chunks = []
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > MAX_FORM_BYTES:
-                return self._page(
-                    request,
-                    "error.html",
-                    status=413,
-                    title="Too large",
-                    message=f"The form is over {MAX_FORM_BYTES // 1024} KiB.",
-                )
-            chunks.append(chunk)
-        request._body = b"".join(chunks)  # the form parser reads the cached body
+    async def _form(self, request: Request) -> FormData | Response:
+        """The request's form, or the page that says what is wrong with it."""
         try:
-            return await request.form(max_files=0, max_fields=100)
-        except HTTPException as exc:
+            return await read_form(request)
+        except ActionError as exc:
             return self._page(
-                request, "error.html", status=400, title="Bad form", message=str(exc.detail)
+                request, "error.html", status=exc.status, title="Bad form", message=exc.message
             )
 
     async def _http_error(self, request: Request, exc: Exception) -> Response:
@@ -474,32 +451,3 @@ class Console:
         )
         response.headers.update(exc.headers or {})
         return response
-
-
-def _client(request: Request) -> str:
-    return request.client.host if request.client is not None else "unknown"
-
-
-def _safe_next(request: Request, value: object) -> str | None:
-    """*value* if it is a path inside this console (no scheme, no host), else ``None``.
-
-    Keeps the login and the actions from redirecting anywhere else (an open redirect).
-    """
-    if not isinstance(value, str) or not value:
-        return None
-    if value.startswith(("http://", "https://")):
-        origin = f"{request.url.scheme}://{request.url.netloc}"
-        if not value.startswith(origin + "/"):
-            return None
-        value = value[len(origin) :]
-    base = request.scope.get("root_path", "").rstrip("/")
-    if (
-        not value.startswith(base + "/")
-        or value.startswith("//")
-        or "\\" in value
-        or any(ord(c) < 33 for c in value)
-    ):
-        return None
-    path, _, query = value.partition("?")
-    kept = "&".join(p for p in query.split("&") if p and not p.startswith("done="))
-    return f"{path}?{kept}" if kept else path

@@ -278,6 +278,13 @@ async def test_a_form_that_is_not_urlencoded_or_too_large_is_refused(
     assert r.status_code == 415
     r = await client.post(path, data={"csrf": csrf, "note": "x" * 70_000})
     assert r.status_code == 413
+    headers = {"content-type": "application/x-www-form-urlencoded"}
+    r = await client.post(path, content=b"csrf=" + csrf.encode() + b"&note=\xff", headers=headers)
+    assert r.status_code == 400
+    assert "not UTF-8" in r.text
+    r = await client.post(path, content="&".join(["a=1"] * 101).encode(), headers=headers)
+    assert r.status_code == 400
+    assert "more than 100 fields" in r.text
     [rec] = await bus.failures.query()
     assert rec.status == FailureStatus.PENDING
 
