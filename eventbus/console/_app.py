@@ -222,17 +222,21 @@ class Console:
 
     # -- login -------------------------------------------------------------------------------
 
-    async def _login_form(self, request: Request, *, error: str | None = None) -> Response:
+    async def _login_form(
+        self, request: Request, *, error: str | None = None, next_path: object = None
+    ) -> Response:
         if self._secret is None:
             return self._not_signed_in(request)
         nonce, cookie = self._signer.new_login_nonce()
+        if next_path is None:
+            next_path = request.query_params.get("next")
         response = self._page(
             request,
             "login.html",
             status=401 if error else 200,
             nonce=nonce,
             error=error,
-            next=safe_next(request, request.query_params.get("next")),
+            next=safe_next(request, next_path),
         )
         set_cookie(
             response,
@@ -270,10 +274,11 @@ class Console:
                 request,
                 error=f"Give your name (1 to {MAX_USER} printable characters): "
                 "it is recorded with every action you take.",
+                next_path=form.get("next"),
             )
         if not (isinstance(token, str) and secret_matches(token, self._secret)):
             logger.warning("console login refused for %r from %s", user, client_address(request))
-            return await self._login_form(request, error="Wrong token.")
+            return await self._login_form(request, error="Wrong token.", next_path=form.get("next"))
         _session, value = self._signer.new_session(user)
         logger.info("console login of %r from %s", user, client_address(request))
         next_path = safe_next(request, form.get("next")) or console_url(request, "/")

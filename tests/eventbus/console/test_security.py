@@ -93,9 +93,12 @@ async def test_without_a_session_no_action_runs(bus: EventBus, client: httpx.Asy
 async def test_a_wrong_token_is_refused_and_sets_no_session(client: httpx.AsyncClient) -> None:
     form = await client.get("/ops/login")
     nonce = field_of(re.compile(r'name="nonce" value="([^"]+)"'), form.text)
-    r = await client.post("/ops/login", data={"nonce": nonce, "user": "ann", "token": "nope"})
+    r = await client.post(
+        "/ops/login", data={"nonce": nonce, "user": "ann", "token": "nope", "next": "/ops/bus"}
+    )
     assert r.status_code == 401
     assert "Wrong token." in r.text
+    assert 'name="next" value="/ops/bus"' in r.text  # the form again, going to the same page
     assert "eventbus_console=" not in r.headers.get("set-cookie", "")
     assert (await client.get("/ops/")).status_code == 303
 
