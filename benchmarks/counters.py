@@ -9,6 +9,10 @@ memory store. Flush: 100,000 pending ids staged, applied to SQLite as deltas in 
 transaction with the ledger row, and dropped (``ArticleViews.flush``). Targets: at least
 100,000 views/s pre-aggregated, and a 100k-id flush under 2 s.
 
+Every case uses viewer keys of its own (a key another case used would be a rejected
+duplicate, counting nothing), and every round asserts that all its views were counted: the
+pending totals, read outside the timed part, grow by exactly the views it timed.
+
 A throwaway ``redis-server`` is started on a free port; without one, the Redis rows print
 ``n/a (redis-server not installed)``.
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import platform
@@ -48,7 +53,7 @@ from domain.backends.redis import RedisCounterStore, connect
 from domain.db import articles, create_tables
 from domain.views import ArticleViews
 
-REPEATS = 3
+REPEATS = 7  # samples of ~30 ms each: fewer swing by 1.5x between runs
 QUICK_REPEATS = 1
 WARMUP = 1
 VIEWS = 10_000  # views per sample of the batched cases
@@ -65,6 +70,14 @@ TARGET_VIEWS_PER_S = 100_000
 TARGET_FLUSH_S = 2.0
 
 Sample = Callable[[int, int], Awaitable[None]]  # (round, n) -> runs n views
+Count = Callable[[], Awaitable[int]]  # views counted so far (read outside the timing)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    run: Sample
+    n: int
+    counted: Count
 
 
 # -- a throwaway redis-server (the logic of tests/redis_server.py, kept small) ---------------------
@@ -105,19 +118,19 @@ class Server:
 # -- ingestion workloads ------------------------------------------------------------------------
 
 
-def naive(redis: Redis) -> Sample:
+def naive(redis: Redis, n: int) -> Case:
     """Two awaited round trips per view: SET NX EX, then HINCRBY when fresh."""
 
     async def run(rnd: int, n: int) -> None:
         for i in range(n):
             item = i % ARTICLES
-            if await redis.set(f"b:seen:{item}:r{rnd}v{i}", 1, nx=True, ex=600):
-                await redis.hincrby(f"b:pending:{item % 16}", str(item), 1)
+            if await redis.set(f"bn:seen:{item}:r{rnd}v{i}", 1, nx=True, ex=600):
+                await redis.hincrby(f"bn:pending:{item % 16}", str(item), 1)
 
-    return run
+    return Case(run, n, hash_total(redis, "bn:pending:"))
 
 
-def pipelined(redis: Redis) -> Sample:
+def pipelined(redis: Redis, n: int) -> Case:
     """The same commands in pipelines of PIPELINE views: two round trips per pipeline."""
 
     async def run(rnd: int, n: int) -> None:
@@ -125,57 +138,109 @@ def pipelined(redis: Redis) -> Sample:
             items = [i % ARTICLES for i in range(start, min(n, start + PIPELINE))]
             async with redis.pipeline(transaction=False) as pipe:
                 for k, item in enumerate(items):
-                    pipe.set(f"b:seen:{item}:r{rnd}p{start + k}", 1, nx=True, ex=600)
+                    pipe.set(f"bp:seen:{item}:r{rnd}v{start + k}", 1, nx=True, ex=600)
                 fresh = await pipe.execute()
             async with redis.pipeline(transaction=False) as pipe:
                 for item, ok in zip(items, fresh, strict=True):
                     if ok:
-                        pipe.hincrby(f"b:pending:{item % 16}", str(item), 1)
+                        pipe.hincrby(f"bp:pending:{item % 16}", str(item), 1)
                 await pipe.execute()
 
-    return run
+    return Case(run, n, hash_total(redis, "bp:pending:"))
 
 
-def counter_nowait(store: CounterStore, engine: AsyncEngine) -> Sample:
+def counter_nowait(store: CounterStore, engine: AsyncEngine, n: int, *, tag: str) -> Case:
     """``ArticleViews.view_nowait`` per view (a request handler yields on its own)."""
 
     async def run(rnd: int, n: int) -> None:
         views = ArticleViews(store, engine, window=WINDOW, max_batch=BATCH)
         async with views:
             for i in range(n):
-                views.view_nowait(i % ARTICLES, f"r{rnd}c{i}")
+                views.view_nowait(i % ARTICLES, f"{tag}{rnd}-{i}")
                 if i % YIELD_EVERY == 0:
                     await asyncio.sleep(0)
 
-    return run
+    return Case(run, n, pending_total(store))
 
 
-def counter(store: CounterStore, engine: AsyncEngine, window: float | None) -> Sample:
+def counter(
+    store: CounterStore, engine: AsyncEngine, window: float | None, n: int, *, tag: str
+) -> Case:
     """``ArticleViews.view`` per view; with a window, sent in batches and on close."""
 
     async def run(rnd: int, n: int) -> None:
         views = ArticleViews(store, engine, window=window, max_batch=BATCH)
         async with views:
             for i in range(n):
-                await views.view(i % ARTICLES, f"r{rnd}c{i}")
+                await views.view(i % ARTICLES, f"{tag}{rnd}-{i}")
 
-    return run
+    return Case(run, n, pending_total(store))
 
 
-async def measure(
-    cases: dict[str, tuple[Sample | None, int]], repeats: int
-) -> dict[str, list[float] | None]:
-    """Views per second of each case, round-robin over the rounds (the first is a warm-up)."""
-    out: dict[str, list[float] | None] = {
-        k: (None if f is None else []) for k, (f, _) in cases.items()
+def pending_total(store: CounterStore) -> Count:
+    async def count() -> int:
+        return sum((await store.pending("views")).values())
+
+    return count
+
+
+def hash_total(redis: Redis, prefix: str) -> Count:
+    async def count() -> int:
+        async with redis.pipeline(transaction=False) as pipe:
+            for b in range(16):
+                pipe.hvals(f"{prefix}{b}")
+            shards = await pipe.execute()
+        return sum(int(v) for shard in shards for v in shard)
+
+    return count
+
+
+def build_cases(
+    client: Redis | None, engine: AsyncEngine, mem: CounterStore, fast: int, pipe: int, slow: int
+) -> dict[str, Case | None]:
+    """Every ingestion case, each with viewer keys of its own (``tag``); Redis ones need
+    *client* (``None``: not measured). *fast*, *pipe*, *slow*: views per round."""
+    cases: dict[str, Case | None] = dict.fromkeys(
+        [
+            "redis naive (2 RTT/view)",
+            "redis pipelined (1000/pipe)",
+            "redis script per view",
+            "redis pre-aggregated, await view",
+            "redis pre-aggregated, view_nowait",
+        ]
+    )
+    if client is not None:
+        rs = RedisCounterStore(client)
+        cases = {
+            "redis naive (2 RTT/view)": naive(client, slow),
+            "redis pipelined (1000/pipe)": pipelined(client, pipe),
+            "redis script per view": counter(rs, engine, None, slow, tag="rs"),
+            "redis pre-aggregated, await view": counter(rs, engine, WINDOW, fast, tag="ra"),
+            "redis pre-aggregated, view_nowait": counter_nowait(rs, engine, fast, tag="rn"),
+        }
+    return cases | {
+        "memory per view": counter(mem, engine, None, fast, tag="ms"),
+        "memory pre-aggregated, await view": counter(mem, engine, WINDOW, fast, tag="ma"),
+        "memory pre-aggregated, view_nowait": counter_nowait(mem, engine, fast, tag="mn"),
     }
+
+
+async def measure(cases: dict[str, Case | None], repeats: int) -> dict[str, list[float] | None]:
+    """Views per second of each case, round-robin over the rounds (the first is a warm-up).
+
+    :raises AssertionError: if a round counted fewer (or more) views than it timed
+    """
+    out: dict[str, list[float] | None] = {k: (None if c is None else []) for k, c in cases.items()}
     for rnd in range(WARMUP + repeats):
-        for label, (fn, n) in cases.items():
-            if fn is None:
+        for label, case in cases.items():
+            if case is None:
                 continue
+            before = await case.counted()
             start = time.perf_counter()
-            await fn(rnd, n)
-            rate = n / (time.perf_counter() - start)
+            await case.run(rnd, case.n)
+            rate = case.n / (time.perf_counter() - start)
+            counted = await case.counted() - before
+            assert counted == case.n, f"{label}: round {rnd} counted {counted:,} of {case.n:,}"
             samples = out[label]
             if rnd >= WARMUP and samples is not None:
                 samples.append(rate)
@@ -196,7 +261,7 @@ async def flush_seconds(store: CounterStore, engine: AsyncEngine, repeats: int) 
         start_t = time.perf_counter()
         report = await views.flush()
         times.append(time.perf_counter() - start_t)
-        assert report.items == FLUSH_IDS, report
+        assert (report.applied, report.items, report.total) == (1, FLUSH_IDS, FLUSH_IDS), report
     return times
 
 
@@ -253,32 +318,7 @@ async def main_async(quick: bool) -> dict[str, Any]:
     client = None if server is None else connect(server.url, socket_timeout=10)
     na = "redis-server not installed"
     try:
-        redis_store = None if client is None else RedisCounterStore(client)
-        mem = MemoryCounterStore()
-        cases: dict[str, tuple[Sample | None, int]] = dict.fromkeys(
-            [
-                "redis naive (2 RTT/view)",
-                "redis pipelined (1000/pipe)",
-                "redis script per view",
-                "redis pre-aggregated, await view",
-                "redis pre-aggregated, view_nowait",
-            ],
-            (None, 0),
-        )
-        if client is not None and redis_store is not None:
-            rs = redis_store
-            cases = {
-                "redis naive (2 RTT/view)": (naive(client), n_slow),
-                "redis pipelined (1000/pipe)": (pipelined(client), n_pipe),
-                "redis script per view": (counter(rs, engine, None), n_slow),
-                "redis pre-aggregated, await view": (counter(rs, engine, WINDOW), n_fast),
-                "redis pre-aggregated, view_nowait": (counter_nowait(rs, engine), n_fast),
-            }
-        cases |= {
-            "memory per view": (counter(mem, engine, None), n_fast),
-            "memory pre-aggregated, await view": (counter(mem, engine, WINDOW), n_fast),
-            "memory pre-aggregated, view_nowait": (counter_nowait(mem, engine), n_fast),
-        }
+        cases = build_cases(client, engine, MemoryCounterStore(), n_fast, n_pipe, n_slow)
         rates = await measure(cases, repeats)
         if client is not None:
             await client.flushall()
@@ -286,8 +326,11 @@ async def main_async(quick: bool) -> dict[str, Any]:
         ingest = [row(k, v, base, "" if v is not None else na) for k, v in rates.items()]
         f_repeats = QUICK_FLUSH_REPEATS if quick else FLUSH_REPEATS
         mem_flush = await flush_seconds(MemoryCounterStore(), engine, f_repeats)
+        # a new store after the FLUSHALL above (the old one would report its counts as lost)
         red_flush = (
-            None if redis_store is None else await flush_seconds(redis_store, engine, f_repeats)
+            None
+            if client is None
+            else await flush_seconds(RedisCounterStore(client), engine, f_repeats)
         )
         flush = [
             row("memory store -> SQLite", mem_flush, None),

@@ -4,6 +4,10 @@ Question: how much does ``emit()`` / ``await emit_async()`` cost per event compa
 the listeners yourself, and how long does a slow listener hold up the publisher in each mode?
 The second table is the README's semantics table, in milliseconds.
 
+Listeners count their calls (a closure increment, in the baseline's loops too), and every
+sample checks the count. Rows with a target (issue 12) say whether they meet it. The "floor"
+row is the least any dispatcher can do in Python: a dict lookup and one call in a ``try``.
+
 Run: ``.venv/bin/python benchmarks/emit_modes.py [--quick] [--json PATH]``
 """
 
@@ -21,6 +25,9 @@ from _harness import (
     Stats,
     SyncLoop,
     Table,
+    Work,
+    counted,
+    counted_async,
     environment,
     finish,
     parse_options,
@@ -46,26 +53,6 @@ class Ping(Event, name="bench.ping", registry=registry):
 EVENT = Ping(n=1)
 
 
-def _sync_listeners(count: int) -> list[Callable[[Ping], None]]:
-    def make() -> Callable[[Ping], None]:
-        def listener(event: Ping) -> None:
-            return None
-
-        return listener
-
-    return [make() for _ in range(count)]
-
-
-def _async_listeners(count: int) -> list[Callable[[Ping], Awaitable[None]]]:
-    def make() -> Callable[[Ping], Awaitable[None]]:
-        async def listener(event: Ping) -> None:
-            return None
-
-        return listener
-
-    return [make() for _ in range(count)]
-
-
 def _bus(listeners: list[Callable[[Ping], object]], **options: int) -> EventBus:
     bus = EventBus(registry=registry, **options)  # type: ignore[arg-type]
     for i, fn in enumerate(listeners):
@@ -76,17 +63,33 @@ def _bus(listeners: list[Callable[[Ping], object]], **options: int) -> EventBus:
 # -- (a) throughput ------------------------------------------------------------------------------
 
 
-def sync_cases() -> dict[str, tuple[SyncLoop, str | None]]:
+Case = tuple[SyncLoop, str | None, Work, float | None]  # loop, baseline, work, target ratio
+
+
+def sync_cases() -> dict[str, Case]:
     """``emit`` with 1 and 10 sync listeners, against calling them directly."""
-    [one] = _sync_listeners(1)
-    ten = tuple(_sync_listeners(10))
+    [one], ones = counted(1)
+    ten_list, tens = counted(10)
+    ten = tuple(ten_list)
     bus1 = _bus([one])
     bus10 = _bus(list(ten))
+    table: dict[type, Callable[[object], None]] = {Ping: one}
 
     def direct_1(n: int) -> None:
         fn, ev = one, EVENT
         for _ in range(n):
             fn(ev)
+
+    def floor_emit(event: Ping) -> None:
+        try:
+            table[type(event)](event)
+        except Exception:
+            pass
+
+    def floor_1(n: int) -> None:
+        emit, ev = floor_emit, EVENT
+        for _ in range(n):
+            emit(ev)
 
     def direct_10(n: int) -> None:
         fns, ev = ten, EVENT
@@ -104,18 +107,23 @@ def sync_cases() -> dict[str, tuple[SyncLoop, str | None]]:
         for _ in range(n):
             bus.emit(ev)
 
+    one_call, ten_calls = Work(ones, 1), Work(tens, 10)
+    base_1, base_10 = "direct call, 1 sync listener", "direct loop, 10 sync listeners"
     return {
-        "direct call, 1 sync listener": (direct_1, None),
-        "emit, 1 sync listener": (emit_1, "direct call, 1 sync listener"),
-        "direct loop, 10 sync listeners": (direct_10, None),
-        "emit, 10 sync listeners": (emit_10, "direct loop, 10 sync listeners"),
+        base_1: (direct_1, None, one_call, None),
+        "floor: dict lookup + call in a try": (floor_1, base_1, one_call, None),
+        "emit, 1 sync listener": (emit_1, base_1, one_call, 2.5),
+        base_10: (direct_10, None, ten_calls, None),
+        "emit, 10 sync listeners": (emit_10, base_10, ten_calls, 1.05),
     }
 
 
 async def async_throughput(options: Options) -> Table:
     """``emit`` and ``emit_async`` with 10 listeners, against ``asyncio.gather`` / a direct loop."""
-    afns = tuple(_async_listeners(10))
-    sfns = tuple(_sync_listeners(10))
+    afns_list, async_calls = counted_async(10)
+    afns = tuple(afns_list)
+    sfns_list, sync_calls = counted(10)
+    sfns = tuple(sfns_list)
     done = 0
     finished = asyncio.Event()
     target = 0
@@ -128,6 +136,11 @@ async def async_throughput(options: Options) -> Table:
                 finished.set()
 
         return listener
+
+    background = 0  # calls the "until all done" case saw finish
+
+    def background_calls() -> int:
+        return background
 
     counting = [make_counting() for _ in range(10)]
     bus_emit = _bus(list(counting), queue_size=BATCH * 10)
@@ -157,7 +170,7 @@ async def async_throughput(options: Options) -> Table:
             await bus.emit_async(ev)
 
     async def emit_10_until_done(n: int) -> None:
-        nonlocal done, target
+        nonlocal done, target, background
         bus, ev = bus_emit, EVENT
         left = n
         while left:
@@ -167,38 +180,53 @@ async def async_throughput(options: Options) -> Table:
             for _ in range(batch):
                 bus.emit(ev)
             await finished.wait()
+            background += done
             left -= batch
 
-    cases: dict[str, tuple[AsyncLoop, str | None]] = {
-        "asyncio.gather, 10 async listeners": (gather_10, None),
+    gather = "asyncio.gather, 10 async listeners"
+    loop = "direct loop + sleep(0), 10 sync listeners"
+    cases: dict[str, tuple[AsyncLoop, str | None, Work, float | None]] = {
+        gather: (gather_10, None, Work(async_calls, 10), None),
         "await emit_async, 10 async listeners": (
             emit_async_10,
-            "asyncio.gather, 10 async listeners",
+            gather,
+            Work(async_calls, 10),
+            1.15,
         ),
         "emit, 10 async listeners, until all done": (
             emit_10_until_done,
-            "asyncio.gather, 10 async listeners",
+            gather,
+            Work(background_calls, 10),
+            None,
         ),
-        "direct loop + sleep(0), 10 sync listeners": (direct_sync_10, None),
+        loop: (direct_sync_10, None, Work(sync_calls, 10), None),
         "await emit_async, 10 sync listeners": (
             emit_async_sync_10,
-            "direct loop + sleep(0), 10 sync listeners",
+            loop,
+            Work(sync_calls, 10),
+            3.0,
         ),
     }
     async with bus_emit:
-        stats = await run_async_cases({k: v[0] for k, v in cases.items()}, options)
+        stats = await run_async_cases(
+            {k: v[0] for k, v in cases.items()},
+            options,
+            work={k: v[2] for k, v in cases.items()},
+        )
     table = Table("Async throughput, asyncio, ns per emit", ratio_header="x base")
-    for label, (_, base) in cases.items():
-        table.add(Row(label, stats[label], base))
+    for label, (_, base, _, goal) in cases.items():
+        table.add(Row(label, stats[label], base, target=goal))
     return table
 
 
 def sync_throughput(options: Options) -> Table:
     cases = sync_cases()
-    stats = run_sync_cases({k: v[0] for k, v in cases.items()}, options)
+    stats = run_sync_cases(
+        {k: v[0] for k, v in cases.items()}, options, work={k: v[2] for k, v in cases.items()}
+    )
     table = Table("Sync throughput, ns per emit", ratio_header="x base")
-    for label, (_, base) in cases.items():
-        table.add(Row(label, stats[label], base))
+    for label, (_, base, _, goal) in cases.items():
+        table.add(Row(label, stats[label], base, target=goal))
     return table
 
 

@@ -2,9 +2,12 @@
 
 Question: what does each emitter cost per event over calling the listener functions yourself
 (the physical limit, measured in the same run with the same loop), and does that cost move when
-many other names or wildcard patterns are registered? Listeners do nothing, so every ratio is
-pure dispatch overhead. "floor" is a ten-line dict-plus-cache dispatcher: what any pure-Python
-bus can hope for on this machine.
+many other names or wildcard patterns are registered? Listeners only count their calls (a
+closure increment, the same functions in every row), so every ratio is dispatch overhead, and
+every sample checks that each implementation made exactly the calls it should. "floor" is a
+ten-line dict-plus-cache dispatcher: what any pure-Python bus can hope for on this machine.
+The eventbus row of each table carries its target (issue 12) and says whether every peer is
+beaten.
 
 Run: ``.venv/bin/python benchmarks/peers.py [--quick] [--json PATH]``
 """
@@ -24,8 +27,12 @@ from _harness import (
     AsyncLoop,
     Options,
     Row,
+    Stats,
     SyncLoop,
     Table,
+    Work,
+    counted,
+    counted_async,
     environment,
     finish,
     parse_options,
@@ -49,18 +56,8 @@ OTHERS = declare_others(OTHER_NAMES)
 
 
 def noop(event: object) -> None:
-    """The listener every implementation calls."""
+    """The listener of every name and pattern an emit does not reach."""
     return None
-
-
-def _noops(count: int) -> list[Callable[[object], None]]:
-    def make() -> Callable[[object], None]:
-        def listener(event: object) -> None:
-            return None
-
-        return listener
-
-    return [make() for _ in range(count)]
 
 
 @dataclasses.dataclass
@@ -69,9 +66,12 @@ class Workload:
 
     title: str
     event: Event
-    listeners: list[Callable[[object], None]]  # on the emitted name
+    listeners: list[Callable[[object], None]]  # on the emitted name (counted)
+    calls: Callable[[], int]  # how many calls the counted listeners have had
+    target: float  # the eventbus row's target ratio
     other_names: int = 0  # each with one listener
     patterns: int = 0  # ``svc{i}.*``, each with one listener; the emitted name matches one
+    matched: Callable[[object], None] = noop  # the listener of the pattern the name matches
 
     @property
     def name(self) -> str:
@@ -80,7 +80,10 @@ class Workload:
     @property
     def called(self) -> list[Callable[[object], None]]:
         """The functions an emit calls, in order (the baseline calls exactly these)."""
-        return self.listeners + ([noop] if self.patterns else [])
+        return self.listeners + ([self.matched] if self.patterns else [])
+
+    def pattern_listener(self, i: int) -> Callable[[object], None]:
+        return self.matched if self.name.startswith(f"svc{i}.") else noop
 
 
 def _direct(w: Workload) -> SyncLoop:
@@ -144,7 +147,7 @@ def _floor(w: Workload) -> SyncLoop:
     for i in range(w.other_names):
         bus.on(f"other{i}.done", noop)
     for i in range(w.patterns):
-        bus.on(f"svc{i}.*", noop)
+        bus.on(f"svc{i}.*", w.pattern_listener(i))
     for fn in w.listeners:
         bus.on(w.name, fn)
     name, ev = w.name, w.event
@@ -161,7 +164,7 @@ def _eventbus(w: Workload) -> SyncLoop:
     for i, cls in enumerate(OTHERS[: w.other_names]):
         bus.on(cls, noop, name=f"other{i}")
     for i in range(w.patterns):
-        bus.on(f"svc{i}.*", noop, name=f"pattern{i}")
+        bus.on(f"svc{i}.*", w.pattern_listener(i), name=f"pattern{i}")
     for i, fn in enumerate(w.listeners):
         bus.on(w.name, fn, name=f"listener{i}")
     ev = w.event
@@ -212,7 +215,7 @@ def _pymitter(w: Workload) -> SyncLoop:
     for i in range(w.other_names):
         emitter.on(f"other{i}.done", noop)
     for i in range(w.patterns):
-        emitter.on(f"svc{i}.*", noop)
+        emitter.on(f"svc{i}.*", w.pattern_listener(i))
     for fn in w.listeners:
         emitter.on(w.name, fn)
     name, ev = w.name, w.event
@@ -224,12 +227,16 @@ def _pymitter(w: Workload) -> SyncLoop:
     return loop
 
 
+EVENTBUS = "eventbus EventBus.emit"
+PEERS = ("pyee", "blinker", "pymitter")
+
+
 def sync_workload(w: Workload, options: Options) -> Table:
     """One sync workload against every implementation; n/a where a peer lacks the feature."""
     impls: dict[str, SyncLoop | None] = {
         DIRECT: _direct(w),
         "floor: dict+cache dispatcher": _floor(w),
-        "eventbus EventBus.emit": _eventbus(w),
+        EVENTBUS: _eventbus(w),
         "pyee EventEmitter": _pyee(w, pyee.EventEmitter()),
         "pyee AsyncIOEventEmitter": _pyee(w, pyee.asyncio.AsyncIOEventEmitter()),
         "blinker Signal.send": _blinker(w),
@@ -238,32 +245,37 @@ def sync_workload(w: Workload, options: Options) -> Table:
     cases = {k: v for k, v in impls.items() if v is not None}
     for loop in cases.values():
         loop(1)  # build caches outside the timing
-    stats = run_sync_cases(cases, options)
+    work = Work(w.calls, len(w.called))
+    stats = run_sync_cases(cases, options, work=dict.fromkeys(cases, work))
     table = Table(w.title, ratio_header="x direct")
     for label, loop_or_none in impls.items():
         if loop_or_none is None:
             table.add(Row(label, None, note="no wildcard patterns"))
+        elif label == EVENTBUS:
+            note = _beats(stats, label)
+            table.add(Row(label, stats[label], DIRECT, note, target=w.target))
         else:
             table.add(Row(label, stats[label], None if label == DIRECT else DIRECT))
     return table
 
 
+def _beats(stats: dict[str, Stats], mine: str, unlike: tuple[str, ...] = ()) -> str:
+    """Whether *mine* is faster (by median) than every peer measured in the same run.
+
+    :param unlike: peers doing other work (not compared, but named)
+    """
+    peers = [k for k in stats if k.split()[0] in PEERS and k not in unlike]
+    slower = [k for k in peers if stats[k].median <= stats[mine].median]
+    verdict = f"slower than {', '.join(slower)}" if slower else f"beats every peer ({len(peers)})"
+    return verdict + "".join(f"; {k}: not comparable" for k in unlike)
+
+
 # -- async ----------------------------------------------------------------------------------------
-
-
-def _async_listeners(count: int) -> list[Callable[[object], Awaitable[None]]]:
-    def make() -> Callable[[object], Awaitable[None]]:
-        async def listener(event: object) -> None:
-            return None
-
-        return listener
-
-    return [make() for _ in range(count)]
 
 
 async def async_workload(options: Options) -> Table:
     """10 async listeners, awaited until all finished (peers that cannot await: a counter)."""
-    fns = _async_listeners(10)
+    fns, calls = counted_async(10)
     ev = Ping(n=1)
     name = ev.__event_name__
 
@@ -335,31 +347,46 @@ async def async_workload(options: Options) -> Table:
         "blinker await send_async": (blinker_loop, "awaits receivers one after another"),
         "pymitter await emit_async": (pymitter_loop, ""),
     }
-    stats = await run_async_cases({k: v[0] for k, v in cases.items()}, options)
+    stats = await run_async_cases(
+        {k: v[0] for k, v in cases.items()}, options, work=dict.fromkeys(cases, Work(calls, 10))
+    )
     table = Table(
         "10 async listeners, awaited until all finished (asyncio)", ratio_header="x gather"
     )
     for label, (_, note) in cases.items():
         base = None if label == gather_label else gather_label
-        table.add(Row(label, stats[label], base, note))
+        if label == "eventbus await emit_async":
+            note = _beats(stats, label, unlike=("blinker await send_async",))
+            table.add(Row(label, stats[label], base, note, target=1.15))
+        else:
+            table.add(Row(label, stats[label], base, note))
     return table
 
 
 def workloads() -> list[Workload]:
+    one, one_calls = counted(1)
+    ten, ten_calls = counted(10)
+    other, other_calls = counted(1)
+    [matched], matched_calls = counted(1)
     return [
-        Workload("1 listener", Ping(n=1), _noops(1)),
-        Workload("10 listeners", Ping(n=1), _noops(10)),
+        Workload("1 listener", Ping(n=1), one, one_calls, 2.5),
+        Workload("10 listeners", Ping(n=1), ten, ten_calls, 1.05),
         Workload(
             f"1 listener, {OTHER_NAMES:,} other names registered",
             Ping(n=1),
-            _noops(1),
+            other,
+            other_calls,
+            2.5,
             other_names=OTHER_NAMES,
         ),
         Workload(
             f"{PATTERNS} wildcard patterns 'svc{{i}}.*' registered, the emit matches one",
             SvcDone(n=1),
             [],
+            matched_calls,
+            2.5,
             patterns=PATTERNS,
+            matched=matched,
         ),
     ]
 

@@ -20,7 +20,16 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ("emit_modes", "peers", "scaling", "cron_next", "failure_writes", "counters", "durable")
+SCRIPTS = (
+    "emit_modes",
+    "peers",
+    "scaling",
+    "dispatch_styles",
+    "cron_next",
+    "failure_writes",
+    "counters",
+    "durable",
+)
 BUDGET_SECONDS = 240.0  # leaves a minute of the 5-minute budget for setup and slack
 HARD_LIMIT_SECONDS = 290.0  # a script still running when the whole run reaches this is stopped
 # Full-run estimates on a busy 2-core machine, used when a script has no previous JSON result.
@@ -28,6 +37,7 @@ EXPECTED_SECONDS = {
     "emit_modes": 10.0,
     "peers": 20.0,
     "scaling": 90.0,
+    "dispatch_styles": 5.0,
     "cron_next": 15.0,
     "failure_writes": 370.0,
     "counters": 30.0,

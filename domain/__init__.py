@@ -21,10 +21,12 @@ from .app import App as App
 from .app import Schedules as Schedules
 from .backends.memory import MemoryCounterStore as MemoryCounterStore
 from .counters import Counter as Counter
+from .counters import CounterStatistics as CounterStatistics
 from .counters import FlushReport as FlushReport
 from .db import create_tables as create_tables
 from .events import ArticlePublished as ArticlePublished
 from .events import ArticleViewed as ArticleViewed
+from .events import CountsLost as CountsLost
 from .events import OrderPaid as OrderPaid
 from .events import ShortlinkCreated as ShortlinkCreated
 from .events import ShortlinkVisited as ShortlinkVisited
@@ -58,6 +60,8 @@ __all__ = [
     "ArticleViews",
     "CodeSpaceExhaustedError",
     "Counter",
+    "CounterStatistics",
+    "CountsLost",
     "DomainError",
     "ExampleListeners",
     "FlushReport",

@@ -17,6 +17,7 @@ __all__ = [
     "CODE_LENGTH",
     "DEFAULT_RESERVED",
     "MAX_URL_LENGTH",
+    "could_be_code",
     "new_code",
     "validate_alias",
     "validate_url",
@@ -31,11 +32,13 @@ _HOST = re.compile(rf"(?:{_LABEL}\.)*{_LABEL}\.?\Z")  # urlsplit lowercases the 
 # control, format (zero-width, bidi), surrogate, private-use, unassigned, line/para separators
 _INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 _ALIAS = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*\Z")
+# every code there can be: pool and fallback codes (base62) and aliases; the column holds 64
+_CODE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 DEFAULT_RESERVED = frozenset(
     {
         "about", "admin", "api", "articles", "assets", "auth", "favicon.ico", "health",
-        "healthz", "help", "links", "login", "logout", "metrics", "new", "orders", "robots.txt",
-        "settings", "signup", "static", "status", "www",
+        "healthz", "help", "links", "login", "logout", "metrics", "new", "ops", "orders",
+        "robots.txt", "settings", "signup", "static", "status", "www",
     }
 )  # fmt: skip
 
@@ -48,6 +51,16 @@ def new_code(length: int = CODE_LENGTH) -> str:
     first 8 characters: 256 = 4 * 62 + 8).
     """
     return "".join(secrets.choice(ALPHABET) for _ in range(length))
+
+
+def could_be_code(text: str) -> bool:
+    """Whether *text* has the shape of a code or an alias (``[A-Za-z0-9_-]``, 1 to 64).
+
+    Anything else (a NUL, a lone surrogate, a space) is no code: looking it up would only
+    make the database driver raise (PostgreSQL refuses NUL in text, and no driver can encode
+    a surrogate), so a resolver answers "unknown" without asking.
+    """
+    return _CODE.fullmatch(text) is not None
 
 
 def validate_url(url: str, *, max_length: int = MAX_URL_LENGTH) -> str:
@@ -63,7 +76,10 @@ def validate_url(url: str, *, max_length: int = MAX_URL_LENGTH) -> str:
     * a host that is not ASCII letters, digits, ``-``, ``_`` and dots, or a bracketed IP
       literal. A non-ASCII host is refused rather than converted: the standard library's
       IDNA 2003 codec and browsers' IDNA 2008/UTS #46 disagree on some names (``ß``, ``ς``),
-      so a converted host could differ from the one the user typed; give its ``xn--`` form.
+      so a converted host could differ from the one the user typed; give its ``xn--`` form;
+    * an IPv4 address in any form but dotted decimal (``http://2130706433/``,
+      ``0177.0.0.1``, ``0x7f.0.0.1``, ``127.1``: browsers go to 127.0.0.1 for each), and a
+      host ending in a number that browsers refuse (``example.123``, ``256.0.0.1``).
 
     :raises InvalidUrlError: for any of the above, another scheme (``javascript:``,
         ``data:``, ...), a relative URL, a missing host or a bad port, or more than
@@ -113,7 +129,72 @@ def validate_url(url: str, *, max_length: int = MAX_URL_LENGTH) -> str:
             url,
             f"host {host!r} is not dot-separated labels of letters, digits, '-' and '_'",
         )
+    else:
+        problem = _numeric_host_problem(host)
+        if problem is not None:
+            raise InvalidUrlError(url, problem)
     return url
+
+
+def _numeric_host_problem(host: str) -> str | None:
+    """Why browsers would read *host* as an IPv4 address it does not show, or ``None``.
+
+    Browsers follow the WHATWG URL standard: a host whose last label is a number (decimal,
+    ``0x`` hex or ``0``-prefixed octal) is an IPv4 address of one to four parts, so
+    ``2130706433``, ``0177.0.0.1``, ``0x7f.0.0.1`` and ``127.1`` all go to 127.0.0.1. Only
+    the dotted-decimal form shows the address; the others hide it, and an invalid one (a
+    part over 255, five parts, ``example.123``) is refused by browsers anyway.
+    """
+    parts = host.removesuffix(".").split(".")
+    if _ipv4_number(parts[-1]) is None and not parts[-1].isdigit():
+        return None  # a name (a last label of digits is a number even if invalid, as in "08")
+    numbers = [_ipv4_number(p) for p in parts]
+    *head, last = numbers
+    if (
+        len(parts) > 4
+        or last is None
+        or any(n is None or n > 255 for n in head)
+        or last >= 256 ** (5 - len(parts))
+    ):
+        return (
+            f"host {host!r} ends in a number, so browsers read it as an IPv4 address, and it "
+            "is not one; give a name or a dotted-decimal address (a.b.c.d)"
+        )
+    value = last
+    for i, n in enumerate(head):
+        value += (n or 0) << (8 * (3 - i))
+    address = str(ipaddress.IPv4Address(value))
+    kinds = [
+        kind
+        for kind, used in (
+            ("hexadecimal", any(p[:2] == "0x" for p in parts)),
+            ("octal", any(len(p) > 1 and p[0] == "0" and p[:2] != "0x" for p in parts)),
+        )
+        if used
+    ]
+    if len(parts) == 1:
+        form = f"as one {kinds[0] if kinds else 'decimal'} number"
+    elif kinds or len(parts) < 4:
+        form = "in " + " and ".join(kinds + ([f"{len(parts)} parts"] if len(parts) < 4 else []))
+    else:
+        return None  # plain dotted decimal: the address as it is shown
+    return (
+        f"host {host!r} is the IPv4 address {address} {form}, which hides where the link "
+        f"goes; write it as {address}"
+    )
+
+
+def _ipv4_number(part: str) -> int | None:
+    """One part of a WHATWG IPv4 host: decimal, ``0x`` hex or ``0``-prefixed octal; else None."""
+    if part[:2] == "0x":  # urlsplit lowercases the host
+        digits, base, allowed = part[2:], 16, string.hexdigits
+    elif len(part) > 1 and part[0] == "0":
+        digits, base, allowed = part[1:], 8, string.octdigits
+    else:
+        digits, base, allowed = part, 10, string.digits
+    if not part or not all(c in allowed for c in digits):
+        return None
+    return int(digits, base) if digits else 0
 
 
 def validate_alias(alias: str, reserved: Collection[str] = DEFAULT_RESERVED) -> str:

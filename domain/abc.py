@@ -2,13 +2,36 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-__all__ = ["CounterStore", "Hit"]
+__all__ = ["CounterStore", "Hit", "StoreLoss"]
 
 #: One counted thing: ``(item, viewer)``; ``viewer=None`` always counts (no dedupe).
 Hit = tuple[str, str | None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoreLoss:
+    """A counter store found that its data for *counter* is gone (a server restarted without
+    persistence, a flush, an eviction); the counts are what this process last saw there."""
+
+    counter: str
+    pending: int  # counts pending (not yet staged) when last seen: lost
+    staged: int  # counts staged but not yet dropped when last seen: lost unless applied
+    last_seen_at: datetime | None  # when this process last saw them (None: never)
+    cause: str  # what the store could tell about the cause, one clause
+
+    def describe(self) -> str:
+        """One sentence for the log: what was lost, when it was last seen, and why."""
+        seen = "never" if self.last_seen_at is None else f"at {self.last_seen_at:%H:%M:%S} UTC"
+        return (
+            f"the counts of counter {self.counter!r} are gone: {self.cause}; lost, as this "
+            f"process last saw them ({seen}): {self.pending} pending and up to {self.staged} "
+            "staged for SQL, plus any counted since by other replicas"
+        )
 
 
 @runtime_checkable
@@ -23,6 +46,9 @@ class CounterStore(Protocol):
     * Staged counts stay until ``drop_staged()``: a crash anywhere leaves them in place, and the
       next flush finds them through ``staged()``.
     * ``pending()`` returns the pending (not yet staged) counts, for tests and health checks.
+    * A store whose data can vanish under it (a Redis server restarted without persistence)
+      detects it at the next ``record()`` or ``stage()`` and calls every ``on_loss()`` callback
+      with a :class:`StoreLoss`; the counts of that call go on counting.
     """
 
     buckets: int
@@ -42,3 +68,7 @@ class CounterStore(Protocol):
     async def drop_staged(self, counter: str, flush_id: str) -> None: ...
 
     async def pending(self, counter: str) -> dict[str, int]: ...
+
+    def on_loss(self, callback: Callable[[StoreLoss], None]) -> None:
+        """Call *callback* with each loss of stored counts detected from now on."""
+        ...

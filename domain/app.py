@@ -32,6 +32,7 @@ from .events import catalog
 from .listeners import ExampleListeners
 from .publishing import PUBLISH_CRON, Publisher
 from .shortlinks import ShortLinks
+from .view_history import ViewHistory
 from .views import ArticleViews
 
 __all__ = ["App", "Schedules"]
@@ -92,6 +93,7 @@ class App:
         self.listeners.attach(self.bus)
         self.views = ArticleViews(counters, engine, window=view_window)
         self.views.attach(self.bus)
+        self.view_history = ViewHistory(engine)
         self.links = ShortLinks(engine, bus=self.bus, clicks=counters, watermark=refill_watermark)
         self.links.attach(self.bus)
         self.publisher = Publisher(engine, bus=self.bus, min_lead=min_lead)
@@ -117,6 +119,7 @@ class App:
         report = await self.views.flush()
         if report.total:
             logger.info("flushed %d views of %d articles", report.total, report.items)
+            await self.view_history.sample()  # for the console's views-over-time chart
 
     async def _flush_clicks(self, run: RunContext) -> None:
         report = await self.links.flush_clicks()
@@ -168,13 +171,17 @@ class App:
         redis_url: str | None = None,
         **options: Any,
     ) -> AsyncIterator[App]:
-        """Build and run an app on a SQLite file; with *redis_url*, counters and locks in Redis.
+        """Build and run an app on *db* (a SQLite file path, or a SQLAlchemy async URL); with
+        *redis_url*, counters and locks in Redis.
 
         The failure table (``SqlFailureStore``) and the run table (``SqlRunStore``) live in the
-        same file. Owns (and closes) the engine and the Redis clients it builds.
+        same database. Owns (and closes) the engine and the Redis clients it builds. With Redis, it
+        warns once at start when the server can lose data (see
+        :func:`~domain.backends.redis.check_redis_durability`).
         """
-        engine = create_async_engine(f"sqlite+aiosqlite:///{db}")
-        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        engine = create_async_engine(database_url(db))
+        if engine.dialect.name == "sqlite":
+            event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         async with AsyncExitStack() as stack:
             stack.push_async_callback(engine.dispose)
             counters: CounterStore = MemoryCounterStore()
@@ -182,12 +189,13 @@ class App:
             if redis_url is not None:
                 from scheduler.backends.redis import RedisLock, make_redis_client
 
-                from .backends.redis import RedisCounterStore, connect
+                from .backends.redis import RedisCounterStore, check_redis_durability, connect
 
                 # two clients, each configured for its job: counters never retry (a retried
                 # batch could count twice), locks retry only a ConnectionError
                 counter_client = connect(redis_url)
                 stack.push_async_callback(counter_client.aclose)
+                await check_redis_durability(counter_client)  # and fail early if unreachable
                 lock_client = make_redis_client(redis_url)
                 stack.push_async_callback(lock_client.aclose)
                 counters = RedisCounterStore(counter_client)
@@ -202,6 +210,15 @@ class App:
             )
             async with app:
                 yield app
+
+
+def database_url(db: str | Path) -> str:
+    """A SQLAlchemy URL (it has ``://``) as given, else the SQLite file at that path.
+
+    The one place where the domain reads a ``--db``/``EVENTBUS_WEB_DB`` value.
+    """
+    text = str(db)
+    return text if "://" in text else f"sqlite+aiosqlite:///{text}"
 
 
 def _sqlite_pragmas(dbapi_conn: Any, record: Any) -> None:

@@ -25,6 +25,10 @@ is down for a while loses nothing below that cap. A retried batch whose first se
 the store counts no more for hits with a viewer (their dedupe key is already set); viewer-less
 hits of such a batch may count twice. Closing the counter lets a send in progress finish, then
 sends what is left once; what that last send cannot deliver is counted in ``lost``.
+
+A store that loses its data (Redis restarted without persistence) breaks the guarantee for
+what it held; the counter then logs the loss at ERROR, counts it in :meth:`Counter.statistics`
+and emits ``counts.lost`` on its bus (see :class:`~domain.abc.StoreLoss`).
 """
 
 from __future__ import annotations
@@ -44,10 +48,13 @@ from anyio.lowlevel import checkpoint
 from sqlalchemy import BigInteger, Column, MetaData, Table, delete, exc, insert, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .abc import CounterStore, Hit
-from .db import flush_ledger
+from eventbus import EventBus
 
-__all__ = ["Counter", "FlushReport"]
+from .abc import CounterStore, Hit, StoreLoss
+from .db import flush_ledger
+from .events import CountsLost
+
+__all__ = ["Counter", "CounterStatistics", "FlushReport"]
 
 logger = logging.getLogger("domain.counters")
 
@@ -61,6 +68,16 @@ class FlushReport:
     items: int = 0  # distinct ids whose count changed
     total: int = 0  # sum of the deltas applied
     duration: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CounterStatistics:
+    """A snapshot of one counter, for health endpoints and alerts."""
+
+    buffered: int  # hits waiting in process for the window
+    lost: int  # hits dropped in process (buffer full, or closing while the store was down)
+    store_losses: int  # times the store was found to have lost its data
+    lost_in_store: int  # counts lost with it, as last seen (pending + staged)
 
 
 class Counter:
@@ -78,6 +95,8 @@ class Counter:
     :param max_buffer: hits kept in process while the store is unreachable (a failed send
         goes back to the buffer and is retried at the next window); beyond it they are
         dropped, counted in ``lost`` and logged at ERROR
+    :param bus: where ``counts.lost`` is emitted when the store loses its data (``None``:
+        only logged and counted); settable later (``ArticleViews.attach`` does)
     """
 
     def __init__(
@@ -91,6 +110,7 @@ class Counter:
         window: float | None = None,
         max_batch: int = 5_000,
         max_buffer: int = 200_000,
+        bus: EventBus | None = None,
     ) -> None:
         table = column.table
         if not isinstance(table, Table) or len(table.primary_key.columns) != 1:
@@ -105,7 +125,11 @@ class Counter:
         self.window = window
         self.max_batch = max_batch
         self.max_buffer = max_buffer
+        self.bus = bus
         self.lost = 0
+        self._store_losses = 0
+        self._lost_in_store = 0
+        store.on_loss(self._store_lost)
         self._key: Column[Any] = next(iter(table.primary_key.columns))
         self._key_type: Callable[[str], Any] = int if self._key.type.python_type is int else str
         # Deltas go to a temporary table, then one UPDATE ... FROM joins it: twice as fast as
@@ -133,6 +157,36 @@ class Counter:
 
     def __repr__(self) -> str:
         return f"Counter({self.name!r}, column={self.column}, window={self.window}, {self.store!r})"
+
+    def statistics(self) -> CounterStatistics:
+        return CounterStatistics(
+            buffered=len(self._buffer),
+            lost=self.lost,
+            store_losses=self._store_losses,
+            lost_in_store=self._lost_in_store,
+        )
+
+    def _store_lost(self, loss: StoreLoss) -> None:
+        """The store's data is gone: log, count and announce it (never silent)."""
+        if loss.counter != self.name:
+            return  # another counter on the same store reports its own
+        self._store_losses += 1
+        self._lost_in_store += loss.pending + loss.staged
+        logger.error("%s", loss.describe())
+        if self.bus is None:
+            return
+        event = CountsLost(
+            counter=loss.counter,
+            pending=loss.pending,
+            staged=loss.staged,
+            last_seen_at=loss.last_seen_at,
+            detected_at=datetime.now(UTC),
+            cause=loss.cause,
+        )
+        try:
+            self.bus.emit(event)
+        except Exception:  # a bus that is not running, say: the log line above stands
+            logger.exception("counter %r could not emit %r", self.name, event)
 
     # -- ingestion ------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = [
     "UTCDateTime",
+    "article_view_history",
     "articles",
     "create_tables",
     "flush_ledger",
@@ -130,6 +131,18 @@ flush_ledger = Table(
     Column("items", Integer, nullable=False),
     Column("total", BigInteger, nullable=False),
     Column("applied_at", UTCDateTime, nullable=False),
+)
+
+# Samples of ``articles.view_count`` taken after each views flush that changed it, for the
+# console's "views over time" chart; a row only when the count moved.
+article_view_history = Table(
+    "article_view_history",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("article_id", Integer, nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("view_count", BigInteger, nullable=False),
+    Index("ix_article_view_history_article_at", "article_id", "at"),
 )
 
 

@@ -16,6 +16,7 @@ from eventbus import Event, EventRegistry
 __all__ = [
     "ArticlePublished",
     "ArticleViewed",
+    "CountsLost",
     "OrderPaid",
     "ShortlinkCreated",
     "ShortlinkVisited",
@@ -61,6 +62,18 @@ class ArticleViewed(Event, name="article.viewed", registry=catalog):
 
     article_id: int
     viewer_key: str
+
+
+class CountsLost(Event, name="counts.lost", registry=catalog):
+    """A counter's store lost counts not yet in SQL (Redis restarted without persistence, was
+    flushed, or evicted them); the numbers are what this process last saw there."""
+
+    counter: str  # "views" or "clicks"
+    pending: int  # counts pending when last seen
+    staged: int  # counts staged for SQL but not yet confirmed when last seen (at most lost)
+    last_seen_at: datetime | None
+    detected_at: datetime
+    cause: str
 
 
 class ArticlePublished(Event, name="article.published", registry=catalog):

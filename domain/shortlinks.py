@@ -28,7 +28,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from eventbus import EventBus
 
-from ._shortlink_rules import DEFAULT_RESERVED, MAX_URL_LENGTH, new_code, validate_alias
+from ._shortlink_rules import (
+    DEFAULT_RESERVED,
+    MAX_URL_LENGTH,
+    could_be_code,
+    new_code,
+    validate_alias,
+)
 from ._shortlink_rules import validate_url as validate_url
 from .abc import CounterStore
 from .counters import Counter, FlushReport
@@ -95,7 +101,8 @@ class ShortLinks:
     :param watermark: idle codes the refill job tops the pool up to
     :param batch: codes inserted per refill statement
     :param fallback_attempts: codes tried when the pool is empty before giving up
-    :param code_factory: makes a random code (tests inject duplicates)
+    :param code_factory: makes a random code (tests inject duplicates); codes are 1 to 64
+        characters of ``[A-Za-z0-9_-]``, the only ones :meth:`resolve` looks up
     :param clock: the current aware time (tests inject one)
     """
 
@@ -125,7 +132,7 @@ class ShortLinks:
         self.clicks = (
             None
             if clicks is None
-            else Counter(clicks, engine, name="clicks", column=short_links.c.clicks)
+            else Counter(clicks, engine, name="clicks", column=short_links.c.clicks, bus=bus)
         )
 
     def __repr__(self) -> str:
@@ -264,9 +271,10 @@ class ShortLinks:
     async def resolve(self, code: str) -> Resolution:
         """The target of *code* for a 302, or a not-found result (unknown or expired code).
 
-        A hit emits ``shortlink.visited`` (the click counter listens to it).
+        A hit emits ``shortlink.visited`` (the click counter listens to it). A string that
+        cannot be a code (wrong characters or length, a NUL, a lone surrogate) is unknown.
         """
-        if not 1 <= len(code) <= 64:
+        if not could_be_code(code):
             return Resolution(code, None, "unknown")
         async with self.engine.connect() as conn:
             query = select(short_links.c.url, short_links.c.expires_at).where(

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from eventbus import EventBus
 
 from .abc import CounterStore
-from .counters import Counter, FlushReport
+from .counters import Counter, CounterStatistics, FlushReport
 from .db import articles
 from .events import ArticleViewed
 
@@ -76,6 +76,10 @@ class ArticleViews:
         """Apply the pending counts to ``articles.view_count`` (the cron job's body)."""
         return await self.counter.flush()
 
+    def statistics(self) -> CounterStatistics:
+        """Buffered and lost views, and losses of the store's data (Redis restarts)."""
+        return self.counter.statistics()
+
     async def pending(self) -> dict[int, int]:
         """Counts not yet staged for SQL, by article id."""
         return {int(k): v for k, v in (await self.counter.store.pending("views")).items()}
@@ -90,7 +94,9 @@ class ArticleViews:
         return {int(r.id): int(r.view_count) for r in rows}
 
     def attach(self, bus: EventBus) -> None:
-        """Count every ``article.viewed`` emitted on *bus* (listener ``domain.views:count``)."""
+        """Count every ``article.viewed`` emitted on *bus* (listener ``domain.views:count``),
+        and emit ``counts.lost`` there when the store loses views."""
+        self.counter.bus = bus
 
         async def count(event: ArticleViewed) -> None:
             await self.view(event.article_id, event.viewer_key)

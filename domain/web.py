@@ -14,21 +14,24 @@ the bus's grace period, runs in progress the scheduler's, and pending counts are
 ``POST /orders/{id}/pay``          emits ``order.paid`` from ``{"user_id", "amount"}`` (a
                                    positive decimal string, at most 2 places, below 10**12)
 ``GET /healthz``                   200 while the bus and the scheduler run, with statistics
+                                   (bus, scheduler, and counters: losses of Redis data)
 ``GET /admin/failures``            the failure table (``status``, ``event``, ``listener``,
                                    ``limit``); bearer token
 ``POST /admin/tasks/{name}/run``   run a scheduled job now (same lock, run record); bearer token
+``/ops/...``                       the operator console (HTML; see :mod:`domain.console`),
+                                   when a console token is configured
 =================================  ===========================================================
 
 The admin routes exist only when an admin token is configured; without one they are 404. A
 token is stripped of surrounding whitespace and must keep at least 16 characters
 (:class:`~domain.AdminTokenError` otherwise). Ids beyond the signed 64-bit range are refused
 (404 for an article, 400 for an order) before they reach SQL.
-Errors are JSON: ``{"error": <code>, "detail": <message>}``.
+Errors are JSON: ``{"error": <code>, "detail": <message>}``, the router's own 404 and 405
+included; a body over 16 KiB is a 413.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
@@ -44,9 +47,10 @@ from typing import Any
 
 from sqlalchemy import select
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Mount, Route
 
 from eventbus import FailureRecord, FailureStatus
 from scheduler import JobLookupError, RunRecord
@@ -90,6 +94,11 @@ class WebConfig:
     :param public_url: base of the ``short_url`` in responses (default: the request's base URL)
     :param refill_on_start: top the code pool up at startup (the refill job runs daily)
     :param app_options: passed to :meth:`App.embedded` (``schedules``, ``refill_watermark``...)
+    :param console_token: the login token of the operator console at ``/ops`` (at least 16
+        characters); ``None`` or empty: no console
+    :param console_read_only: the console shows everything and allows no action
+    :param on_start: awaited with the running :class:`App` before the first request (the demo
+        seeds its data this way)
     """
 
     db: str | Path = "eventbus-web.db"
@@ -99,8 +108,13 @@ class WebConfig:
     public_url: str | None = None
     refill_on_start: bool = True
     app_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    console_token: str | None = dataclasses.field(default=None, repr=False)
+    console_read_only: bool = False
+    on_start: Callable[[App], Awaitable[None]] | None = None
 
     def __post_init__(self) -> None:
+        if self.console_token is not None and self.console_token.strip() == "":
+            object.__setattr__(self, "console_token", None)
         token = self.admin_token
         if token is None or token == "":
             object.__setattr__(self, "admin_token", None)
@@ -115,12 +129,15 @@ class WebConfig:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides: Any) -> WebConfig:
         """``EVENTBUS_WEB_DB``, ``EVENTBUS_REDIS_URL``, ``EVENTBUS_ADMIN_TOKEN``,
-        ``EVENTBUS_PUBLIC_URL``; keyword arguments win over the environment."""
+        ``EVENTBUS_PUBLIC_URL``, ``EVENTBUS_CONSOLE_TOKEN``, ``EVENTBUS_CONSOLE_READ_ONLY``
+        (``1``: read-only); keyword arguments win over the environment."""
         values: dict[str, Any] = {
             "db": environ.get("EVENTBUS_WEB_DB", "eventbus-web.db"),
             "redis_url": environ.get("EVENTBUS_REDIS_URL") or None,
             "admin_token": environ.get("EVENTBUS_ADMIN_TOKEN") or None,
             "public_url": environ.get("EVENTBUS_PUBLIC_URL") or None,
+            "console_token": environ.get("EVENTBUS_CONSOLE_TOKEN") or None,
+            "console_read_only": environ.get("EVENTBUS_CONSOLE_READ_ONLY", "") == "1",
         }
         values.update(overrides)
         return cls(**values)
@@ -143,6 +160,8 @@ def create_app(config: WebConfig | None = None) -> Starlette:
             if cfg.refill_on_start and await app.links.idle_codes() == 0:
                 await app.scheduler.trigger("refill_pool")
             web.state.domain = app
+            if cfg.on_start is not None:
+                await cfg.on_start(app)
             logger.info("serving on %r (admin routes %s)", app, _on_off(cfg.admin_enabled))
             try:
                 yield
@@ -163,8 +182,17 @@ def create_app(config: WebConfig | None = None) -> Starlette:
             Route("/admin/failures", _admin(token, list_failures), methods=["GET"]),
             Route("/admin/tasks/{name}/run", _admin(token, run_task), methods=["POST"]),
         ]
+    if cfg.console_token is not None:
+        from .console import ConsoleMount
+
+        console = ConsoleMount(
+            public_url=cfg.public_url, secret=cfg.console_token, read_only=cfg.console_read_only
+        )
+        routes.append(Mount("/ops", console))
     routes.append(Route("/{code}", follow_link, methods=["GET"]))
-    web = Starlette(routes=routes, lifespan=lifespan)
+    web = Starlette(
+        routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error}
+    )
     web.state.config = cfg
     return web
 
@@ -211,10 +239,31 @@ def _domain(request: Request) -> App:
     return app
 
 
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """The router's 404 and 405 (and any other ``HTTPException``) as JSON errors too."""
+    assert isinstance(exc, HTTPException)
+    method, path = request.method, request.url.path
+    if exc.status_code == 404:
+        return _error(404, "not_found", f"no route for {method} {path}")
+    if exc.status_code == 405:
+        allow = (exc.headers or {}).get("Allow", "")
+        allowed = sorted(m for m in allow.split(", ") if m and m != "HEAD")
+        detail = f"{method} is not allowed on {path}; use {' or '.join(allowed)}"
+        return _error(405, "method_not_allowed", detail, headers=exc.headers)
+    return _error(exc.status_code, "http_error", exc.detail, headers=exc.headers)
+
+
 class _BadRequest(Exception):
-    def __init__(self, detail: str) -> None:
+    """A request the client must change: a 400 unless *status* says otherwise."""
+
+    def __init__(self, detail: str, *, status: int = 400, code: str = "bad_request") -> None:
         super().__init__(detail)
         self.detail = detail
+        self.status = status
+        self.code = code
+
+    def response(self) -> JSONResponse:
+        return _error(self.status, self.code, self.detail)
 
 
 async def _json_object(request: Request) -> dict[str, Any]:
@@ -222,7 +271,11 @@ async def _json_object(request: Request) -> dict[str, Any]:
     async for chunk in request.stream():  # stop reading at the limit, not after the whole body
         size += len(chunk)
         if size > MAX_BODY:
-            raise _BadRequest(f"the body is over {MAX_BODY} bytes; send a smaller JSON object")
+            raise _BadRequest(
+                f"the body is over {MAX_BODY} bytes; send a smaller JSON object",
+                status=413,
+                code="payload_too_large",
+            )
         chunks.append(chunk)
     body = b"".join(chunks)
     try:
@@ -241,11 +294,16 @@ async def healthz(request: Request) -> Response:
     app: App | None = getattr(request.app.state, "domain", None)
     if app is None or not app.bus.running:
         return _error(503, "not_running", "the application is starting or stopping")
+    clicks = app.links.clicks
     return JSONResponse(
         {
             "status": "ok",
             "bus": dataclasses.asdict(app.bus.statistics()),
             "scheduler": dataclasses.asdict(app.scheduler.statistics()),
+            "counters": {
+                "views": dataclasses.asdict(app.views.statistics()),
+                "clicks": None if clicks is None else dataclasses.asdict(clicks.statistics()),
+            },
         }
     )
 
@@ -266,7 +324,7 @@ async def create_link(request: Request, cfg: WebConfig) -> Response:
                 raise _BadRequest("'expires_in' must be between 1 second and 10 years")
             expires_at = datetime.now(UTC) + timedelta(seconds=expires_in)
     except _BadRequest as exc:
-        return _error(400, "bad_request", exc.detail)
+        return exc.response()
     try:
         link = await _domain(request).links.create(url, alias=alias, expires_at=expires_at)
     except InvalidUrlError as exc:
@@ -349,7 +407,7 @@ async def pay_order(request: Request) -> Response:
             raise _BadRequest(f"'user_id' {user_id} is out of the signed 64-bit range")
         value = _amount(amount)
     except _BadRequest as exc:
-        return _error(400, "bad_request", exc.detail)
+        return exc.response()
     # emit() runs sync listeners now and queues async ones; a failing listener is captured
     # and recorded, never turned into an error for the payer.
     _domain(request).bus.emit(OrderPaid(order_id=order_id, user_id=user_id, amount=value))
@@ -362,8 +420,16 @@ def _amount(amount: object) -> Decimal:
     Checked before any arithmetic: ``Decimal("1e9999999")`` parses in no time, but ``int()``
     or ``quantize()`` of it would block the event loop.
     """
+    forms = 'a decimal string such as "19.90", or an integer'
+    if amount is None:
+        raise _BadRequest(f"'amount' is required: {forms}")
+    if isinstance(amount, float):
+        raise _BadRequest(
+            f"'amount' {amount!r} is a JSON number with a fraction, which is not exact; "
+            f"send {forms}"
+        )
     if isinstance(amount, bool) or not isinstance(amount, str | int):
-        raise _BadRequest("'amount' is required: a decimal string such as \"19.90\"")
+        raise _BadRequest(f"'amount' must be {forms}, not {_json_type(amount)}")
     try:
         value = Decimal(amount)
     except InvalidOperation:
@@ -376,22 +442,33 @@ def _amount(amount: object) -> Decimal:
     return cents
 
 
+def _json_type(value: object) -> str:
+    """The JSON name of a decoded value's type, with its article, for error messages."""
+    names: dict[type, str] = {dict: "an object", list: "a list"}
+    return names.get(type(value), f"a {type(value).__name__}")
+
+
 # -- admin routes --------------------------------------------------------------------------------
 
 
 async def list_failures(request: Request) -> Response:
     params = request.query_params
-    try:
-        status = FailureStatus(params["status"]) if "status" in params else None
-        limit = int(params.get("limit", "50"))
-        if not 1 <= limit <= MAX_FAILURES:
-            raise ValueError(f"limit must be between 1 and {MAX_FAILURES}")
-    except ValueError as exc:
-        return _error(400, "bad_request", str(exc))
+    statuses = [s.value for s in FailureStatus]
+    status, limit = params.get("status"), params.get("limit", "50")
+    if status is not None and status not in statuses:
+        shown = ", ".join(map(repr, statuses))
+        return _error(400, "bad_request", f"'status' must be one of {shown}, not {status!r}")
+    digits = limit.isascii() and limit.isdigit() and len(limit) < 5  # int() of 5k digits raises
+    if not (digits and 1 <= int(limit) <= MAX_FAILURES):
+        detail = f"'limit' must be an integer from 1 to {MAX_FAILURES}, not {limit!r}"
+        return _error(400, "bad_request", detail)
     store = _domain(request).bus.failures
     await store.flush()  # what the bus recorded so far is listed
     records = await store.query(
-        status=status, event=params.get("event"), listener=params.get("listener"), limit=limit
+        status=None if status is None else FailureStatus(status),
+        event=params.get("event"),
+        listener=params.get("listener"),
+        limit=int(limit),
     )
     return JSONResponse({"failures": [_failure_json(r) for r in records]})
 
@@ -438,32 +515,11 @@ def _run_json(run: RunRecord) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m domain.web``: serve the application with uvicorn (loopback by default)."""
-    import uvicorn
+    """``python -m domain.web``: serve the application with uvicorn (loopback by default);
+    configuration, database and Redis are checked first, each error one line."""
+    from ._cli import serve
 
-    parser = argparse.ArgumentParser(
-        prog="python -m domain.web",
-        description="Serve the domain web application with uvicorn; EVENTBUS_ADMIN_TOKEN "
-        "enables the /admin routes.",
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="interface (default: loopback)")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--db", type=Path, help="SQLite file (default: $EVENTBUS_WEB_DB)")
-    parser.add_argument("--redis", metavar="URL", help="counters and locks in Redis at URL")
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
-    )
-    overrides: dict[str, Any] = {}
-    if args.db is not None:
-        overrides["db"] = args.db
-    if args.redis is not None:
-        overrides["redis_url"] = args.redis
-    config = WebConfig.from_env(**overrides)
-    if not config.admin_enabled:
-        logger.warning("EVENTBUS_ADMIN_TOKEN is not set: the /admin routes are disabled")
-    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="info")
-    return 0
+    return serve(argv)
 
 
 if __name__ == "__main__":

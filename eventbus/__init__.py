@@ -3,17 +3,20 @@
 =====================  ===============================  ===================================
 call                   sync listener                    async listener
 =====================  ===============================  ===================================
-``emit(e)``            runs inline, in order, before    queued for the bus's workers;
-                       ``emit`` returns                 ``emit`` returns without waiting
-                                                        (needs ``async with bus:``)
+``emit(e)``            runs inline, in order, before    queued for the bus's workers, each
+                       ``emit`` returns                 run in a copy of the publisher's
+                                                        context taken at emit time; ``emit``
+                                                        returns without waiting (needs
+                                                        ``async with bus:``)
 ``await emit_async``   runs inline, in order            run concurrently; awaited
 =====================  ===============================  ===================================
 
-Where errors go: every listener exception is caught per listener, logged at ERROR, written to
-``bus.failures`` as a :class:`FailureRecord` and passed to ``on_failure``. Under ``capture``
-(the default) the publisher never sees it; under ``propagate`` the remaining listeners still
-run, then the publisher gets a :class:`ListenerErrors` group. Background listeners (async ones
-started by ``emit``) can only capture: nobody is waiting for them.
+Where errors go: every listener exception is caught per listener, logged at ERROR (a few lines
+per listener and error type a minute, then a count of the rest), written to ``bus.failures`` as
+a :class:`FailureRecord` and passed to ``on_failure``. Under ``capture`` (the default) the
+publisher never sees it; under ``propagate`` the remaining listeners still run, then the
+publisher gets a :class:`ListenerErrors` group. Background listeners (async ones started by
+``emit``) can only capture: nobody is waiting for them.
 """
 
 from __future__ import annotations

@@ -1,46 +1,44 @@
-"""The event bus: its options, sync and async emit, and statistics.
+"""The event bus: its public methods, and the hot path of ``emit()``.
 
-``emit()`` runs sync listeners inline and hands async ones to a bounded queue served by a fixed
-set of worker tasks; ``emit_async()`` runs every listener and waits. A listener exception is
-captured per listener, logged and recorded, and (under ``errors="propagate"``) re-raised to the
-publisher as a :class:`ListenerErrors` group once every listener has run.
+The bus owns parts that each keep their own state and know nothing of the bus:
 
-The other jobs live next door, as mixins of :class:`EventBus`: ``_subscriptions`` (on/off),
-``_dispatch`` (plans), ``_calls`` (calling listeners, recording failures) and ``_workers`` (the
-queue, its workers and shutdown).
+* :class:`~eventbus._table.ListenerTable`: subscriptions, names, and one plan per event type;
+* :func:`~eventbus._compiler.compile_plan`: a plan becomes the function ``emit()`` calls;
+* :class:`~eventbus._sink.FailureSink`: records, rate-limited log lines, the ``on_failure`` hook;
+* :class:`~eventbus._pool.WorkerPool`: the bounded queue of async calls, its workers, the drain;
+* :class:`~eventbus._nesting.Nesting`: how deep emits are nested (``max_depth``);
+* :func:`~eventbus._emit_async.run_plan`: what ``emit_async()`` runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import itertools
-import time
 from collections.abc import Callable, Mapping
-from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self, Unpack, overload
 
-import anyio
 from anyio.abc import TaskGroup
-from anyio.lowlevel import checkpoint
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ._calls import Calls, async_depth, on_asyncio
-from ._dispatch import (
-    Emission,
-    FastPlan,
-    Plan,
-    Plans,
-    SinglePlan,
-    add_note_once,
-    awaitable_error,
+from ._calls import checkpoint
+from ._compiler import DispatchCache, Runtime
+from ._emit_async import run_plan
+from ._events import Event, EventRegistry, coerce_event, default_registry
+from ._exceptions import RecursionLimitError
+from ._failures import FailureRecord
+from ._lifecycle import TaskGroupHost
+from ._listeners import (
+    E,
+    ErrorPolicy,
+    Listener,
+    ListenerOptions,
+    OnceOptions,
+    Outcome,
+    R,
+    TypedDecorator,
 )
-from ._events import Event, EventRegistry, default_registry
-from ._exceptions import BusNotRunningError, ListenerErrors, RecursionLimitError
-from ._failures import FailureRecord, new_event_id
-from ._listeners import ErrorPolicy, Listener, Outcome, is_async_callable, new_outcome
-from ._subscriptions import Subscriptions
-from ._workers import Job, Workers
+from ._nesting import Nesting
+from ._pool import WorkerPool
+from ._sink import FailureSink
+from ._table import ListenerTable, check_policy
 from .backends.memory import MemoryFailureStore
 
 if TYPE_CHECKING:
@@ -62,7 +60,7 @@ class BusStatistics:
     failures: int
 
 
-class EventBus(Subscriptions, Plans, Workers, Calls):
+class EventBus:
     """Dispatches events to listeners; see the ``eventbus`` module docstring for the semantics.
 
     :param registry: where event names are looked up (default: the module-level registry)
@@ -81,37 +79,16 @@ class EventBus(Subscriptions, Plans, Workers, Calls):
     :raises TypeError: if *on_failure* is async (the bus would never await it)
     """
 
-    # Slots: CPython 3.11 loads a slot at a fixed offset whatever the number of attributes,
-    # which keeps the emit() hot path fast. The mixins have no ``__slots__``, so a bus keeps a
-    # ``__dict__`` for callers that set their own attributes (a test wrapping ``_build_plan``).
     __slots__ = (
-        "_closing",
-        "_depth",
-        "_dropped",
-        "_errors",
-        "_failure_count",
-        "_fast_limit",
-        "_hops",
-        "_in_flight",
-        "_in_hook",
-        "_leftovers",
-        "_max_depth",
-        "_names",
-        "_on_failure",
-        "_owner",
-        "_plans",
-        "_running",
-        "_send",
-        "_seq",
-        "_stack",
-        "_subs",
-        "_tg",
-        "_worker_scope",
-        "_workers_done",
-        "failures",
+        "__weakref__",
+        "_compiled",
+        "_dispatch",
+        "_host",
+        "_nesting",
+        "_pool",
+        "_sink",
+        "_table",
         "queue_size",
-        "registry",
-        "retry_backoff",
         "shutdown_grace",
         "workers",
     )
@@ -133,84 +110,183 @@ class EventBus(Subscriptions, Plans, Workers, Calls):
             raise ValueError(
                 "queue_size must be >= 0, workers >= 1, max_depth >= 1 and shutdown_grace >= 0"
             )
-        # event type -> plain callables (fast path) or a Plan (slow path)
-        self._plans: dict[type[Event], SinglePlan | FastPlan | Plan] = {}
-        self.registry = registry if registry is not None else default_registry
-        self.failures: FailureStore = failures if failures is not None else MemoryFailureStore()
-        self.errors = errors
+        check_policy(errors)
         self.queue_size = queue_size
         self.workers = workers
         self.shutdown_grace = shutdown_grace
-        self._hops = 0  # async listener calls in progress that set ``async_depth``
-        self.max_depth = max_depth
-        self.retry_backoff = retry_backoff
-        self.on_failure = on_failure
-        self._subs: list[Listener] = []
-        self._names: dict[str, Listener] = {}
-        self._seq = itertools.count()
-        self._depth = 0
-        self._running = False
-        self._closing = False
-        self._send: MemoryObjectSendStream[Job] | None = None
-        self._leftovers: MemoryObjectReceiveStream[Job] | None = None
-        self._in_flight: set[Job] = set()
-        self._stack: AsyncExitStack | None = None
-        self._workers_done: anyio.Event | None = None
-        self._worker_scope: anyio.CancelScope | None = None
-        self._tg: TaskGroup | None = None
-        self._dropped = 0
-        self._failure_count = 0
-        self._in_hook = False  # inside on_failure: failures it causes do not call it again
-        self._owner: object = None  # id of the task that entered, the only one that may close
+        self._nesting = Nesting(max_depth)
+        self._table = ListenerTable(registry if registry is not None else default_registry)
+        self._sink = FailureSink(failures if failures is not None else MemoryFailureStore())
+        self._sink.hook = on_failure
+        self._pool = WorkerPool(self._sink, self._nesting, backoff=retry_backoff)
+        self._compiled = DispatchCache(
+            Runtime(self._nesting, self._sink, self._pool, self._table), errors
+        )
+        # event type -> (what emit() calls, what it was compiled from): the hot path's dict
+        self._dispatch = self._compiled.entries
+        self._host = TaskGroupHost()
+
+    # -- settings -----------------------------------------------------------------------------
+
+    @property
+    def registry(self) -> EventRegistry:
+        """Where event names are looked up; subscriptions and emits are checked against it."""
+        return self._table.registry
+
+    @registry.setter
+    def registry(self, registry: EventRegistry) -> None:
+        self._table.registry = registry
+        self._table.invalidate()
 
     @property
     def errors(self) -> ErrorPolicy:
-        """The default error policy; setting it rebuilds the cached dispatch plans."""
-        return self._errors
+        """The default error policy; setting it recompiles the dispatch functions."""
+        return self._compiled.policy
 
     @errors.setter
     def errors(self, errors: ErrorPolicy) -> None:
-        if errors not in ("capture", "propagate"):
-            raise ValueError(f"errors={errors!r} is not a policy; use 'capture' or 'propagate'")
-        self._errors: ErrorPolicy = errors
-        self._plans.clear()
+        check_policy(errors)
+        self._compiled.policy = errors
 
     @property
     def max_depth(self) -> int:
         """How deeply emits may nest, sync and async hops together."""
-        return self._max_depth
+        return self._nesting.max_depth
 
     @max_depth.setter
     def max_depth(self, max_depth: int) -> None:
         if not isinstance(max_depth, int) or max_depth < 1:
             raise ValueError(f"max_depth={max_depth!r} must be an int >= 1")
-        self._max_depth = max_depth
-        self._sync_limit()
+        self._nesting.max_depth = max_depth
 
     @property
     def on_failure(self) -> Callable[[FailureRecord], object] | None:
         """Called with each new :class:`FailureRecord`; must be a plain (sync) callable."""
-        return self._on_failure
+        return self._sink.hook
 
     @on_failure.setter
     def on_failure(self, hook: Callable[[FailureRecord], object] | None) -> None:
         # Wider than the constructor's type, so that a saved hook can be put back; what
-        # matters, that it is not async, is checked here at run time.
-        if hook is not None and (not callable(hook) or is_async_callable(hook)):
-            raise TypeError(
-                f"on_failure={hook!r} must be a sync callable: the bus calls it inline and "
-                "never awaits it; to alert asynchronously, start a task or emit an event from it"
-            )
-        self._on_failure = hook
+        # matters, that it is not async, is checked at run time.
+        self._sink.hook = hook
+
+    @property
+    def failures(self) -> FailureStore:
+        """The failure store every record goes to."""
+        return self._sink.store
+
+    @failures.setter
+    def failures(self, store: FailureStore) -> None:
+        self._sink.store = store
+
+    @property
+    def retry_backoff(self) -> float:
+        """First delay between retries in workers and ``emit_async()`` (doubling, max 30 s)."""
+        return self._pool.backoff
+
+    @retry_backoff.setter
+    def retry_backoff(self, seconds: float) -> None:
+        self._pool.backoff = seconds
+
+    @property
+    def running(self) -> bool:
+        return self._pool.accepting
 
     def __repr__(self) -> str:
         return (
-            f"EventBus(listeners={len(self._subs)}, errors={self.errors!r}, "
-            f"queue_size={self.queue_size}, workers={self.workers}, running={self._running}, "
+            f"EventBus(listeners={len(self._table)}, errors={self.errors!r}, "
+            f"queue_size={self.queue_size}, workers={self.workers}, running={self.running}, "
             f"failures={self.failures!r})"
         )
 
-    # -- emit -----------------------------------------------------------------------------------
+    # -- subscriptions ------------------------------------------------------------------------
+
+    @overload
+    def on(self, event: type[E], /, **options: Unpack[ListenerOptions]) -> TypedDecorator[E]: ...
+    @overload
+    def on(self, event: str, /, **options: Unpack[ListenerOptions]) -> TypedDecorator[Event]: ...
+    @overload
+    def on(
+        self, event: type[E], listener: Callable[[E], R], /, **options: Unpack[ListenerOptions]
+    ) -> Callable[[E], R]: ...
+    @overload
+    def on(
+        self, event: str, listener: Callable[[Event], R], /, **options: Unpack[ListenerOptions]
+    ) -> Callable[[Event], R]: ...
+
+    def on(
+        self,
+        event: type[Event] | str,
+        listener: Callable[[Any], Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        once: bool = False,
+        timeout: float | None = None,
+        retries: int = 0,
+        errors: ErrorPolicy | None = None,
+    ) -> Any:
+        """Subscribe a listener to an event type, an event name or a wildcard pattern.
+
+        Use as ``@bus.on(OrderPaid)`` or ``bus.on("order.*", fn)``; the function is returned
+        unchanged. Everything is validated before anything is registered.
+
+        :param name: stable name for the failure table (default ``module:qualname``)
+        :param once: remove the listener after its first call
+        :param timeout: seconds after which an async listener is cancelled and a timeout recorded
+        :param retries: extra attempts before a failure is recorded (recorded once)
+        :param errors: this listener's policy; default: the bus's
+        :raises DuplicateListenerError: if another listener on this bus already has that name
+        """
+        subscribe = self._table.subscriber(
+            event, name=name, once=once, timeout=timeout, retries=retries, errors=errors
+        )
+        return subscribe if listener is None else subscribe(listener)
+
+    @overload
+    def once(self, event: type[E], /, **options: Unpack[OnceOptions]) -> TypedDecorator[E]: ...
+    @overload
+    def once(self, event: str, /, **options: Unpack[OnceOptions]) -> TypedDecorator[Event]: ...
+    @overload
+    def once(
+        self, event: type[E], listener: Callable[[E], R], /, **options: Unpack[OnceOptions]
+    ) -> Callable[[E], R]: ...
+    @overload
+    def once(
+        self, event: str, listener: Callable[[Event], R], /, **options: Unpack[OnceOptions]
+    ) -> Callable[[Event], R]: ...
+
+    def once(
+        self,
+        event: type[Event] | str,
+        listener: Callable[[Any], Any] | None = None,
+        /,
+        **options: Any,
+    ) -> Any:
+        """Like :meth:`on` with ``once=True``, as a decorator or a call."""
+        if "once" in options:
+            raise TypeError("once() got an unexpected keyword argument 'once'")
+        if listener is None:
+            return self.on(event, once=True, **options)
+        return self.on(event, listener, once=True, **options)
+
+    def off(self, event: type[Event] | str, listener: Callable[..., Any] | str, /) -> None:
+        """Unsubscribe by function or by listener name; an emit already running is unaffected.
+
+        :raises ListenerLookupError: if no such subscription exists
+        """
+        self._table.remove_matching(event, listener)
+
+    def listeners(self, event: type[Event] | str) -> list[Listener]:
+        """The listeners an emit of *event* would call, in the order it would call them."""
+        cls = self.registry.get(event) if isinstance(event, str) else event
+        return list(self._table.plan(cls).listeners)
+
+    def listener(self, name: str) -> Listener | None:
+        """The subscription with that name, if any (retries look listeners up this way)."""
+        return self._table.get(name)
+
+    # -- emit ---------------------------------------------------------------------------------
 
     def emit(self, event: Event | str, payload: Mapping[str, Any] | None = None, /) -> None:
         """Run sync listeners now, in order; queue async ones for the workers; never wait.
@@ -219,87 +295,50 @@ class EventBus(Subscriptions, Plans, Workers, Calls):
         :raises BusNotRunningError: if async listeners match and ``async with bus:`` is not entered
         :raises ListenerErrors: under ``errors="propagate"``, after every sync listener ran
         """
-        if payload is not None:  # a name and its payload; an instance with one is refused
-            event = self._coerce(event, payload)
+        # The hot path: a declared event at the top level (not nested in another emit, no
+        # async listener call in progress). Everything else takes _emit_checked.
         try:
-            plan = self._plans[event.__class__]  # type: ignore[index]
+            call, compiled = self._dispatch[type(event)]
         except KeyError:
-            event = self._coerce(event, None)
-            plan = self._cached_plan(event.__class__)
-        # ``plan.__class__`` (a plain slot load) picks the path; the annotated names narrow it.
-        kind = plan.__class__
-        if kind is SinglePlan:  # one plain sync listener, the commonest case: no loop
-            one: SinglePlan = plan  # type: ignore[assignment]
-            # The recursion guard, as below. _fast_limit is max_depth, or 0 while async calls
-            # (with their own depth) run, which sends every emit to the exact check.
-            depth = self._depth
-            if depth >= self._fast_limit and depth + async_depth.get() >= self._max_depth:
-                raise RecursionLimitError(event.__event_name__, self._max_depth)  # type: ignore[union-attr]
-            self._depth = depth + 1
-            try:
-                if (value := one.fn(event)) is not None and inspect.isawaitable(value):
-                    raise awaitable_error(one.sub.name, value)
-            except Exception as exc:
-                self._record(event, new_event_id(), one.sub.name, exc, 1)  # type: ignore[arg-type]
-            finally:
-                self._depth = depth
-            return None
-        if kind is FastPlan:
-            fast: FastPlan = plan  # type: ignore[assignment]
-            depth = self._depth
-            if depth >= self._fast_limit and depth + async_depth.get() >= self._max_depth:
-                raise RecursionLimitError(event.__event_name__, self._max_depth)  # type: ignore[union-attr]
-            self._depth = depth + 1
-            event_id = None  # made by the first failure, shared by the emission's others
-            try:
-                for fn in fast:
-                    try:
-                        if (value := fn(event)) is not None and inspect.isawaitable(value):
-                            raise awaitable_error(self._fast_sub(fast, fn).name, value)
-                    except Exception as exc:
-                        event_id = self._fast_failure(
-                            event,  # type: ignore[arg-type]
-                            fast,
-                            fn,
-                            exc,
-                            event_id,
-                        )
-            finally:
-                self._depth = depth
-            return None
-        return self._emit_planned(event, plan)  # type: ignore[arg-type]
+            pass  # not compiled yet, or not an event (the check runs outside this handler, so
+            # that the KeyError does not become the context of what a listener raises)
+        else:
+            nesting = self._nesting
+            if payload is None and not nesting.level:
+                nesting.level = 1
+                try:
+                    if (value := call(event)) is not None:
+                        compiled.returned(value)
+                except Exception as exc:
+                    if compiled.single is None:
+                        raise  # for the publisher: generated functions record their listeners'
+                    compiled.record(self._sink, event, exc)
+                finally:
+                    nesting.level = 0
+                return None
+        return self._emit_checked(event, payload)
 
-    def _emit_planned(self, event: Event, plan: Plan) -> None:
-        ename = event.__event_name__
-        if plan.n_async and not self._running:
-            if self._closing:
-                pass  # recorded per listener below as dropped: the bus is closing
-            else:
-                raise BusNotRunningError(ename, plan.n_async)
-        depth = self._depth + async_depth.get()
-        if depth >= self.max_depth:
-            raise RecursionLimitError(ename, self.max_depth)
-        emission = Emission(event, depth + 1)
-        raised: list[Exception] = []
-        self._depth += 1
-        try:
-            for sub in plan.listeners:
-                if sub.once:
-                    if sub.fired:
-                        continue
-                    sub.fired = True
-                    self._remove(sub)
-                if sub.is_async:
-                    self._enqueue(sub, emission)
-                    continue
-                exc, _value, _rec = self._call_sync(sub, emission)
-                if exc is not None and (sub.errors or self.errors) == "propagate":
-                    add_note_once(exc, sub.name)
-                    raised.append(exc)
+    def _emit_checked(self, event: Event | str, payload: Mapping[str, Any] | None) -> None:
+        """``emit()`` with every check: coercion, compiling, and the depth limit."""
+        event = coerce_event(self.registry, event, payload)
+        call, compiled = self._compiled.get(type(event))
+        nesting = self._nesting
+        if nesting.depth() >= nesting.max_depth:
+            raise RecursionLimitError(event.__event_name__, nesting.max_depth)
+        nesting.level += 1
+        try:  # as in emit()
+            if (value := call(event)) is not None:
+                compiled.returned(value)
+        except Exception as exc:
+            if compiled.single is None:
+                raise
+            compiled.record(self._sink, event, exc)
         finally:
-            self._depth -= 1
-        if raised:
-            raise ListenerErrors.for_event(ename, raised)
+            nesting.level -= 1
+
+    def _dispatch_source(self, event: type[Event]) -> str | None:
+        """The generated source ``emit()`` runs for *event* (``None``: it calls one listener)."""
+        return self._compiled.get(event)[1].source
 
     async def emit_async(
         self, event: Event | str, payload: Mapping[str, Any] | None = None, /
@@ -310,54 +349,10 @@ class EventBus(Subscriptions, Plans, Workers, Calls):
         :raises ListenerErrors: under ``errors="propagate"``, after every listener finished
         """
         await checkpoint()
-        event = self._coerce(event, payload)
-        plan = self._build_plan_cached(event.__class__)
-        depth = self._depth + async_depth.get()
-        if depth >= self._max_depth:
-            raise RecursionLimitError(event.__event_name__, self._max_depth)
-        emission = Emission(event, depth + 1)
-        outcomes: list[Outcome | None] = [None] * len(plan.listeners)
-
-        async def run(i: int, sub: Listener) -> None:
-            start = time.perf_counter()
-            exc, value, rec = await self._call_async(sub, emission)
-            outcomes[i] = new_outcome(sub.name, value, exc, time.perf_counter() - start, rec)
-
-        # One hop for the whole emit: the listeners' tasks copy the context it sets.
-        token = self._enter_hop(emission.depth)
-        try:
-            if plan.n_async < 2:
-                # No task group for one async listener: it runs in this task, after the sync ones
-                # (when a task group would have started it).
-                later: list[tuple[int, Listener]] = []
-                await self._run_listeners(plan, run, lambda i, sub: later.append((i, sub)))
-                for i, sub in later:
-                    await run(i, sub)
-            elif on_asyncio():
-                # asyncio's own task group is far cheaper than anyio's, with the same rules: each
-                # task runs in a copy of the context, a BaseException cancels the siblings, and a
-                # cancelled publisher cancels them (our cancel scopes work in any asyncio task).
-                import asyncio
-
-                async with asyncio.TaskGroup() as atg:
-                    await self._run_listeners(
-                        plan, run, lambda i, sub: atg.create_task(run(i, sub))
-                    )
-            else:
-                async with anyio.create_task_group() as tg:
-                    await self._run_listeners(plan, run, lambda i, sub: tg.start_soon(run, i, sub))
-        finally:
-            self._leave_hop(token)
-        ran = [(s, o) for s, o in zip(plan.listeners, outcomes, strict=True) if o is not None]
-        done = [out for _, out in ran]
-        raised: list[Exception] = []
-        for sub, out in ran:
-            if isinstance(out.error, Exception) and (sub.errors or self.errors) == "propagate":
-                add_note_once(out.error, sub.name)
-                raised.append(out.error)
-        if raised:
-            raise ListenerErrors.for_event(event.__event_name__, raised)
-        return done
+        if payload is not None or not isinstance(event, Event):
+            event = coerce_event(self.registry, event, payload)
+        plan = self._table.plan(type(event))
+        return await run_plan(plan, event, self._compiled.runtime, self._compiled.policy)
 
     async def retry_failures(
         self,
@@ -375,18 +370,44 @@ class EventBus(Subscriptions, Plans, Workers, Calls):
         )
 
     def statistics(self) -> BusStatistics:
-        queued = 0
-        if self._send is not None:
-            queued = self._send.statistics().current_buffer_used
+        pool = self._pool
         return BusStatistics(
-            listeners=len(self._subs),
-            running=self._running,
-            queued=queued,
-            in_flight=len(self._in_flight),
-            dropped=self._dropped,
-            failures=self._failure_count,
+            listeners=len(self._table),
+            running=pool.accepting,
+            queued=pool.queued,
+            in_flight=pool.in_flight,
+            dropped=pool.dropped,
+            failures=self._sink.count,
         )
 
-    @property
-    def running(self) -> bool:
-        return self._running
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        if self._pool.accepting or self._host.is_open:
+            raise RuntimeError("this bus is already running; enter 'async with bus:' once")
+        await self._host.open(self._start)
+        return self
+
+    async def _start(self, tg: TaskGroup) -> None:
+        await self.failures.start(tg)
+        self._pool.start(tg, size=self.queue_size, workers=self.workers)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._host.close(self._drain)
+
+    async def _drain(self) -> None:
+        try:
+            await self._pool.drain(self.shutdown_grace)
+            self._sink.close()
+            await self.failures.aclose()
+        finally:
+            self._pool.stopped()
+
+    async def aclose(self) -> None:
+        """Leave the running state as ``async with`` would, draining with the grace period.
+
+        :raises RuntimeError: if called from another task than the one that entered the bus
+        """
+        if self._host.is_open:
+            self._host.check_closer(self)
+            await self.__aexit__(None, None, None)

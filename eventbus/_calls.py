@@ -1,43 +1,73 @@
-"""Calling listeners: retries and backoff, timeouts, cancellation rules, failure recording.
+"""Calling one listener: retries and backoff, timeouts, and the cancellation rules.
 
-Also the async-hop depth: a listener run by a worker or by ``emit_async()`` that emits again
-nests one level deeper, counted in a context variable since it crosses awaits.
+These are plain functions of a listener, an :class:`Emission` and the :class:`FailureSink`
+that records what failed; the emit paths, the workers and retries from the table share them.
 """
 
 from __future__ import annotations
 
-import contextvars
 import inspect
-import logging
 import math
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio.lowlevel import checkpoint
+import anyio.lowlevel
 
-from ._dispatch import AWAITABLE_HINT, Emission, Plan, awaitable_error
 from ._events import Event
 from ._exceptions import ListenerTimeoutError
-from ._failures import FailureRecord
+from ._failures import FailureRecord, new_event_id
 from ._listeners import Listener, Outcome
+from ._sink import FailureSink, awaitable_error
 
 if TYPE_CHECKING:
-    from ._workers import Job
-    from .abc import FailureStore
+    from ._pool import QueuedCall
 
-__all__ = ["Calls", "async_depth", "cancelled_from_outside", "on_asyncio"]
+__all__ = [
+    "Emission",
+    "add_note_once",
+    "backoff_delay",
+    "call_async",
+    "call_once",
+    "call_sync",
+    "cancelled_from_outside",
+    "checkpoint",
+    "on_asyncio",
+]
 
-logger = logging.getLogger("eventbus")
+MAX_BACKOFF = 30.0
 
-# Async-hop depth (a listener run by a worker or by emit_async that emits again). Sync nesting
-# is counted on the bus itself: between two awaits it always returns to zero. The bus counts the
-# calls that have set it (``_hops``), so that ``emit()`` reads it only while one is running.
-async_depth: contextvars.ContextVar[int] = contextvars.ContextVar("eventbus_depth", default=0)
 
-_HOOK = "on_failure"
+class Emission:
+    """One emit: its event, its depth, and an id made only if something needs it."""
+
+    __slots__ = ("_event_id", "depth", "event")
+
+    def __init__(self, event: Event, depth: int) -> None:
+        self.event = event
+        self.depth = depth
+        self._event_id: str | None = None
+
+    @property
+    def event_id(self) -> str:
+        """Shared by every failure of this emission; made by the first one."""
+        if self._event_id is None:
+            self._event_id = new_event_id()
+        return self._event_id
+
+
+def add_note_once(exc: BaseException, listener: str) -> None:
+    """Name the listener on an exception raised to the publisher (once, however often raised)."""
+    note = f"listener: {listener}"
+    if note not in getattr(exc, "__notes__", ()):
+        exc.add_note(note)
+
+
+def backoff_delay(first: float, attempts: int) -> float:
+    """Seconds before the next attempt: *first*, doubling, at most 30 s."""
+    return min(first * 2.0 ** (attempts - 1), MAX_BACKOFF)
 
 
 def cancelled_from_outside() -> bool:
@@ -50,12 +80,25 @@ def cancelled_from_outside() -> bool:
     deadline = anyio.current_effective_deadline()
     if deadline == -math.inf or deadline <= anyio.current_time():
         return True
-    if anyio.get_cancelled_exc_class() is not _asyncio_cancelled():
+    if not on_asyncio():
         return False  # trio: a listener cannot raise Cancelled without a scope
     import asyncio
 
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
+
+
+def checkpoint() -> Awaitable[None]:
+    """Let other tasks run (and deliver a pending cancellation): on asyncio, ``sleep(0)``.
+
+    anyio's own checkpoint does the same after probing for the event loop (about 2 µs); this
+    returns the awaitable to await, so that it adds no coroutine of its own.
+    """
+    aio = sys.modules.get("asyncio")
+    if aio is not None and aio._get_running_loop() is not None:
+        sleep: Awaitable[None] = aio.sleep(0)
+        return sleep
+    return anyio.lowlevel.checkpoint()
 
 
 def on_asyncio() -> bool:
@@ -64,204 +107,100 @@ def on_asyncio() -> bool:
     return aio is not None and aio._get_running_loop() is not None
 
 
-def _asyncio_cancelled() -> type[BaseException]:
-    import asyncio
+def call_sync(
+    sub: Listener, emission: Emission, sink: FailureSink
+) -> tuple[Exception | None, Any, FailureRecord | None]:
+    """One sync call with immediate retries (``emit()`` never waits, so it never sleeps)."""
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            value = sub.fn(emission.event)
+            if value is not None and inspect.isawaitable(value):
+                # Retrying cannot help: the listener is declared wrong, not failing.
+                attempts = sub.retries + 1
+                raise awaitable_error(sub.name, value)
+            return None, value, None
+        except Exception as exc:
+            if attempts <= sub.retries:
+                continue
+            rec = sink.capture(emission.event, emission.event_id, sub.name, exc, attempts)
+            return exc, None, rec
 
-    return asyncio.CancelledError
 
+async def call_async(
+    sub: Listener,
+    emission: Emission,
+    sink: FailureSink,
+    backoff: float,
+    job: QueuedCall | None = None,
+) -> tuple[BaseException | None, Any, FailureRecord | None]:
+    """Call *sub* with retries and backoff; a sync *sub* is run inline (``emit_async()``).
 
-class Calls:
-    """How the bus calls one listener and records its failure (a mixin of :class:`EventBus`)."""
-
-    if TYPE_CHECKING:
-        failures: FailureStore
-        retry_backoff: float
-        _hops: int
-        _fast_limit: int
-        _max_depth: int
-        _failure_count: int
-        _in_hook: bool
-        _on_failure: Callable[[FailureRecord], object] | None
-
-        def _remove(self, sub: Listener) -> None: ...
-
-    def _sync_limit(self) -> None:
-        # ``emit()`` compares its sync depth with ``_fast_limit`` alone: max_depth while no
-        # async call is in progress, else 0, which sends it to the exact check with the hop depth.
-        self._fast_limit = 0 if self._hops else self._max_depth
-
-    def _enter_hop(self, depth: int) -> contextvars.Token[int]:
-        self._hops += 1
-        self._fast_limit = 0
-        return async_depth.set(depth)
-
-    def _leave_hop(self, token: contextvars.Token[int]) -> None:
-        async_depth.reset(token)
-        self._hops -= 1
-        if not self._hops:
-            self._fast_limit = self._max_depth
-
-    def _call_sync(
-        self, sub: Listener, emission: Emission
-    ) -> tuple[Exception | None, Any, FailureRecord | None]:
-        """One sync call with immediate retries (``emit()`` never waits, so it never sleeps)."""
-        attempts = 0
-        while True:
-            attempts += 1
-            try:
+    A cancellation the listener raised itself is its failure; one from an enclosing scope
+    propagates. With a *job*, attempts and the last error are kept on it, and a failure
+    after shutdown cut the job short is left for shutdown to record.
+    """
+    attempts = 0
+    while True:
+        attempts += 1
+        if job is not None:
+            job.attempts = attempts
+        try:
+            if sub.is_async:  # without a timeout, no _with_timeout coroutine in between
+                if sub.timeout is None:
+                    value = await sub.fn(emission.event)
+                else:
+                    value = await _with_timeout(sub, emission.event, sub.timeout)
+            else:
                 value = sub.fn(emission.event)
                 if value is not None and inspect.isawaitable(value):
-                    # Retrying cannot help: the listener is declared wrong, not failing.
-                    attempts = sub.retries + 1
-                    raise awaitable_error(sub.name, value)
-                return None, value, None
-            except Exception as exc:
-                if attempts <= sub.retries:
-                    continue
-                rec = self._record(emission.event, emission.event_id, sub.name, exc, attempts)
-                return exc, None, rec
-
-    def _backoff(self, attempts: int) -> float:
-        return min(self.retry_backoff * 2.0 ** (attempts - 1), 30.0)
-
-    async def _call_async(
-        self, sub: Listener, emission: Emission, job: Job | None = None
-    ) -> tuple[BaseException | None, Any, FailureRecord | None]:
-        """Call *sub* with retries and backoff; a sync *sub* is run inline (``emit_async()``).
-
-        A cancellation the listener raised itself is its failure; one from an enclosing scope
-        propagates. With a *job*, attempts and the last error are kept on it, and a failure
-        after shutdown cut the job short is left for shutdown to record. The caller holds a hop
-        (``_enter_hop``) around it: one per worker job, one per ``emit_async()``.
-        """
-        attempts = 0
-        while True:
-            attempts += 1
-            if job is not None:
-                job.attempts = attempts
-            try:
-                if sub.is_async:  # without a timeout, no _invoke coroutine in between
-                    if sub.timeout is None:
-                        value = await sub.fn(emission.event)
-                    else:
-                        value = await self._invoke(sub, emission.event)
-                else:
-                    value = sub.fn(emission.event)
-                    if value is not None and inspect.isawaitable(value):
-                        value = await value
-                return None, value, None
-            except BaseException as exc:
-                if not isinstance(exc, Exception) and (
-                    not isinstance(exc, anyio.get_cancelled_exc_class()) or cancelled_from_outside()
-                ):
-                    raise
-                if job is not None:
-                    job.last_error = exc
-                    if job.scope is not None and job.scope.cancel_called:
-                        return exc, None, None  # shutdown records it, with attempts
-                if attempts <= sub.retries:
-                    await anyio.sleep(self._backoff(attempts))
-                    continue
-                rec = self._record(emission.event, emission.event_id, sub.name, exc, attempts)
-                return exc, None, rec
-
-    async def _invoke(self, sub: Listener, event: Event) -> Any:
-        if sub.timeout is None:
-            return await sub.fn(event)
-        with anyio.move_on_after(sub.timeout) as scope:
-            try:
-                value = await sub.fn(event)
-            except Exception as exc:
-                if scope.cancel_called:  # the listener turned our cancellation into an error
-                    raise ListenerTimeoutError(sub.name, sub.timeout) from exc
-                raise
-        if scope.cancel_called:  # cancelled, whether or not the listener swallowed it
-            raise ListenerTimeoutError(sub.name, sub.timeout)
-        return value
-
-    async def call_listener(self, sub: Listener, event: Event) -> Outcome:
-        """Call one listener once, honouring its timeout, recording nothing (retries use this)."""
-        start = time.perf_counter()
-        try:
-            if sub.is_async:
-                value = await self._invoke(sub, event)
-            else:
-                await checkpoint()
-                value = sub.fn(event)
-                if value is not None and inspect.isawaitable(value):
                     value = await value
+            return None, value, None
+        except BaseException as exc:
+            if not isinstance(exc, Exception) and (
+                not isinstance(exc, anyio.get_cancelled_exc_class()) or cancelled_from_outside()
+            ):
+                raise
+            if job is not None:
+                job.last_error = exc
+                if job.scope is not None and job.scope.cancel_called:
+                    return exc, None, None  # shutdown records it, with attempts
+            if attempts <= sub.retries:
+                await anyio.sleep(backoff_delay(backoff, attempts))
+                continue
+            rec = sink.capture(emission.event, emission.event_id, sub.name, exc, attempts)
+            return exc, None, rec
+
+
+async def _with_timeout(sub: Listener, event: Event, limit: float) -> Any:
+    """Await *sub*, cancelled after *limit* seconds (its ``timeout=``)."""
+    with anyio.move_on_after(limit) as scope:
+        try:
+            value = await sub.fn(event)
         except Exception as exc:
-            return Outcome(sub.name, None, exc, time.perf_counter() - start)
-        return Outcome(sub.name, value, None, time.perf_counter() - start)
+            if scope.cancel_called:  # the listener turned our cancellation into an error
+                raise ListenerTimeoutError(sub.name, limit) from exc
+            raise
+    if scope.cancel_called:  # cancelled, whether or not the listener swallowed it
+        raise ListenerTimeoutError(sub.name, limit)
+    return value
 
-    def _record(
-        self, event: Event, event_id: str, listener: str, exc: BaseException, attempts: int
-    ) -> FailureRecord:
-        """Build, log, store and announce one failure; nothing here may raise to the caller."""
-        try:
-            rec = FailureRecord.from_exception(
-                event=event, event_id=event_id, listener=listener, exc=exc, attempts=attempts
-            )
-        except Exception:
-            logger.exception("building the failure record of %r failed; keeping less", listener)
-            rec = FailureRecord.minimal(
-                event_name=event.__event_name__,
-                event_id=event_id,
-                listener=listener,
-                exc=exc,
-                attempts=attempts,
-            )
-        self._failure_count += 1
-        logger.error(
-            "listener %r failed for %r (event_id=%s, attempts=%d): %s: %s",
-            listener,
-            rec.event_name,
-            event_id,
-            attempts,
-            rec.error_type,
-            rec.message,
-            # A bus-made error (dropped, shutdown) has no frames worth formatting again.
-            exc_info=exc if exc.__traceback__ is not None or exc.__cause__ is not None else None,
-        )
-        try:
-            self.failures.record(rec)
-        except Exception:
-            logger.exception(
-                "failure store %r refused a record; its content: %r", self.failures, rec
-            )
-        hook = self._on_failure
-        if hook is not None and not self._in_hook:
-            # Failures the hook causes (it emits, say) are recorded, but do not re-enter it:
-            # a hook that alerts through a failing bus would otherwise multiply them.
-            self._in_hook = True
-            try:
-                result = hook(rec)
-                if result is not None and inspect.isawaitable(result):
-                    awaitable_error(_HOOK, result)
-                    logger.error("on_failure hook %r %s", hook, AWAITABLE_HINT)
-            except Exception:
-                logger.exception("on_failure hook %r raised", hook)
-            finally:
-                self._in_hook = False
-        return rec
 
-    async def _run_listeners(
-        self,
-        plan: Plan,
-        run: Callable[[int, Listener], Awaitable[None]],
-        spawn: Callable[[int, Listener], object],
-    ) -> None:
-        """Run the sync listeners of *plan* inline, in order, and hand the async ones to *spawn*.
-
-        Inline sync calls may await: retries sleep, and an awaitable a listener returns is awaited.
-        """
-        for i, sub in enumerate(plan.listeners):
-            if sub.once:
-                if sub.fired:  # a nested emit already ran it: not this emit's listener
-                    continue
-                sub.fired = True
-                self._remove(sub)
-            if sub.is_async:
-                spawn(i, sub)
+async def call_once(sub: Listener, event: Event) -> Outcome:
+    """Call one listener once, honouring its timeout, recording nothing (retries use this)."""
+    start = time.perf_counter()
+    try:
+        if sub.is_async:
+            if sub.timeout is None:
+                value = await sub.fn(event)
             else:
-                await run(i, sub)
+                value = await _with_timeout(sub, event, sub.timeout)
+        else:
+            await checkpoint()
+            value = sub.fn(event)
+            if value is not None and inspect.isawaitable(value):
+                value = await value
+    except Exception as exc:
+        return Outcome(sub.name, None, exc, time.perf_counter() - start)
+    return Outcome(sub.name, value, None, time.perf_counter() - start)

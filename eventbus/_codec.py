@@ -62,7 +62,7 @@ def encode_payload(event: Event) -> tuple[str, bool]:
     """
     try:
         data = _encode_fields(event, _hints(type(event)), "")
-        return json.dumps(data, sort_keys=True, allow_nan=False), True
+        return _JSON.encode(data), True
     except Exception:
         try:
             return repr(event), False
@@ -96,14 +96,31 @@ def decode_payload(registry: EventRegistry, name: str, text: str) -> Event:
 # -- encoding ------------------------------------------------------------------------------------
 
 
+# What json.dumps(data, sort_keys=True, allow_nan=False) uses, made once: dumps() builds a new
+# encoder per call when given options, and a failure record is written on the publisher's path.
+_JSON = json.JSONEncoder(sort_keys=True, allow_nan=False)
+
+
 def _encode_fields(obj: Any, hints: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     return {
-        f.name: _encode(getattr(obj, f.name), hints.get(f.name, Any), prefix + f.name)
-        for f in dataclasses.fields(obj)
+        name: _encode(getattr(obj, name), hints.get(name, Any), prefix + name)
+        for name in _field_names(type(obj))
     }
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
 def _encode(value: Any, hint: Any, path: str) -> Any:
+    if hint is type(value) and hint in _PLAIN:  # the commonest case: no annotation to take apart
+        return value
     if hint is Any or hint is object:
         return _encode_untyped(value, path)
     origin = typing.get_origin(hint)
@@ -190,6 +207,7 @@ def _encode_float(value: float) -> float | str:
 
 
 _BARE_CONTAINERS = (list, tuple, set, frozenset, dict)
+_PLAIN = frozenset({int, str, bool})  # encoded as themselves (exact types only: not bool for int)
 
 _ENCODERS: dict[type, Callable[[Any], Any]] = {
     bool: lambda v: v,

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, dataclass_transform
 from ._exceptions import DuplicateEventError, PayloadError, UnknownEventError
 from ._patterns import validate_name
 
-__all__ = ["Event", "EventRegistry", "default_registry"]
+__all__ = ["Event", "EventRegistry", "coerce_event", "default_registry"]
 
 
 class EventRegistry:
@@ -256,3 +256,24 @@ class Event(metaclass=_EventMeta):
     @property
     def event_name(self) -> str:
         return self.__event_name__
+
+
+def coerce_event(
+    registry: EventRegistry, event: Event | str, payload: Mapping[str, Any] | None
+) -> Event:
+    """What ``emit(event, payload)`` was given, as an event: built from a name, or checked.
+
+    :raises TypeError: if both an instance and a payload are given
+    :raises PayloadError: if *event* is neither an event nor a declared name (or its payload
+        does not fit)
+    """
+    if isinstance(event, str):
+        return registry.build(event, {} if payload is None else payload)
+    if payload is not None:
+        raise TypeError("pass either an event instance or a name and a payload, not both")
+    if not isinstance(event, Event):
+        raise PayloadError(
+            getattr(event, "__event_name__", type(event).__name__),
+            f"emit() takes an Event instance or a declared name, got {type(event).__name__}",
+        )
+    return event

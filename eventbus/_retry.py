@@ -13,9 +13,10 @@ import traceback
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
+from ._calls import call_once
 from ._codec import decode_payload
 from ._exceptions import PayloadError, UnknownEventError
-from ._failures import FailureRecord, FailureStatus, _qualified_type
+from ._failures import FailureRecord, FailureStatus, qualified_type
 from ._patterns import matches
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ async def _retry_one(bus: EventBus, rec: FailureRecord, max_attempts: int) -> Re
 
     sub = bus.listener(rec.listener)
     assert sub is not None  # checked by _why_not_retryable
-    outcome = await bus.call_listener(sub, event)
+    outcome = await call_once(sub, event)
     now = datetime.now(UTC)
     attempts = rec.attempts + 1
     if outcome.error is None:
@@ -151,13 +152,13 @@ async def _retry_one(bus: EventBus, rec: FailureRecord, max_attempts: int) -> Re
             status=FailureStatus.DEAD if dead else FailureStatus.PENDING,
             attempts=attempts,
             last_failed_at=now,
-            error_type=_qualified_type(err),
+            error_type=qualified_type(err),
             message=str(err),
             traceback="".join(traceback.format_exception(err)),
             note=f"dead after {attempts} attempts (max_attempts={max_attempts})" if dead else None,
         )
     )
-    reason = f"{_qualified_type(err)}: {err}"
+    reason = f"{qualified_type(err)}: {err}"
     return RetryItem(
         rec.id, rec.event_name, rec.listener, "dead" if dead else "failed", attempts, reason
     )

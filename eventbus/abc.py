@@ -22,6 +22,9 @@ class FailureStore(Protocol):
       in that task group. ``aclose()`` flushes everything accepted so far.
     * ``flush()`` returns once every record accepted before the call is queryable.
     * Queries return newest first.
+    * Every field of a record reads as its declared type; ``traceback`` is ``str``. A record
+      the bus made renders that text on the first read (tens of µs, once), so a store that
+      writes later should read it when it writes, not in ``record()``.
     """
 
     def record(self, failure: FailureRecord) -> None: ...

@@ -31,15 +31,18 @@ from ._exceptions import IntervalTooShortError as IntervalTooShortError
 from ._exceptions import JobLookupError as JobLookupError
 from ._exceptions import LockLostError as LockLostError
 from ._exceptions import RunCancelledError as RunCancelledError
+from ._exceptions import RunTimeoutError as RunTimeoutError
 from ._exceptions import SchedulerError as SchedulerError
-from ._jobs import CronTrigger as CronTrigger
-from ._jobs import IntervalTrigger as IntervalTrigger
 from ._jobs import Job as Job
 from ._jobs import JobDefinition as JobDefinition
-from ._jobs import TimeoutTrigger as TimeoutTrigger
+from ._jobs import JobOptions as JobOptions
 from ._loop import Scheduler as Scheduler
 from ._loop import SchedulerStatistics as SchedulerStatistics
 from ._records import RunRecord as RunRecord
+from ._triggers import AtTrigger as AtTrigger
+from ._triggers import CronTrigger as CronTrigger
+from ._triggers import IntervalTrigger as IntervalTrigger
+from ._triggers import TimeoutTrigger as TimeoutTrigger
 from .backends.local import LocalLock as LocalLock
 from .backends.local import MemoryRunStore as MemoryRunStore
 
@@ -50,6 +53,7 @@ if TYPE_CHECKING:
     from .backends.sql import SqlRunStore as SqlRunStore
 
 __all__ = [
+    "AtTrigger",
     "CronExpression",
     "CronSyntaxError",
     "CronTrigger",
@@ -58,6 +62,7 @@ __all__ = [
     "Job",
     "JobDefinition",
     "JobLookupError",
+    "JobOptions",
     "LocalLock",
     "LockLost",
     "LockLostError",
@@ -70,6 +75,7 @@ __all__ = [
     "RunSkipped",
     "RunStarted",
     "RunSucceeded",
+    "RunTimeoutError",
     "Scheduler",
     "SchedulerError",
     "SchedulerStatistics",

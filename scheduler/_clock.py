@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
 
 import anyio
-import sniffio
 
 if TYPE_CHECKING:
     from .abc import Clock
@@ -173,14 +173,17 @@ async def _settle() -> None:
     would make each virtual second cost a tenth of a real one; this checks the same condition
     between zero-length sleeps instead. Other backends use anyio's (trio's is exact and fast).
     """
-    if sniffio.current_async_library() != "asyncio":
+    if not _on_asyncio():
         await anyio.wait_all_tasks_blocked()
         return
     import asyncio
 
     this = asyncio.current_task()
+    loop = asyncio.get_running_loop()
     for _ in range(100_000):
         await asyncio.sleep(0)
+        if loop._ready:  # type: ignore[attr-defined]
+            continue  # callbacks about to run: a wake-up, or a cancellation being delivered
         for task in asyncio.all_tasks():
             if task is this:
                 continue
@@ -190,3 +193,9 @@ async def _settle() -> None:
         else:
             return
     await anyio.wait_all_tasks_blocked()
+
+
+def _on_asyncio() -> bool:
+    """Whether asyncio runs this task (sniffio's own test; sniffio is not a dependency)."""
+    aio = sys.modules.get("asyncio")  # never imported: not asyncio
+    return aio is not None and aio._get_running_loop() is not None

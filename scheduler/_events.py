@@ -8,12 +8,14 @@ event (logged once at DEBUG) rather than fail at start.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
-from eventbus import Event, EventRegistry
+from eventbus import Event, EventBus, EventRegistry
 
 __all__ = [
     "SCHEDULER_EVENTS",
+    "BusEmitter",
     "LockLost",
     "RunFailed",
     "RunSkipped",
@@ -21,6 +23,8 @@ __all__ = [
     "RunSucceeded",
     "register_events",
 ]
+
+logger = logging.getLogger("scheduler")
 
 
 class RunStarted(Event, name="scheduler.run.started"):
@@ -55,7 +59,8 @@ class RunFailed(Event, name="scheduler.run.failed"):
 
 class RunSkipped(Event, name="scheduler.run.skipped"):
     """A fire did not run: ``reason`` is ``running``, ``locked``, ``claimed``, ``missed``,
-    ``lock-error`` or ``removed``."""
+    ``lock-error``, ``removed``, ``paused`` or ``stopped`` (the scheduler stopped while the
+    fire waited out its jitter)."""
 
     job: str
     run_id: str
@@ -100,3 +105,24 @@ def register_events(registry: EventRegistry) -> list[type[Event]]:
         elif registry.get(name) is not cls:
             clashes.append(cls)
     return clashes
+
+
+class BusEmitter:
+    """Emits the scheduler's events on ``bus`` (if any), leaving out those whose name the
+    bus's registry declares as another class; never raises into the scheduler."""
+
+    def __init__(self, bus: EventBus | None) -> None:
+        self.bus = bus
+        self._muted: set[type[Event]] = set()
+        if bus is not None:
+            for cls in register_events(bus.registry):
+                logger.debug("bus registry declares %r differently; not emitting it", cls)
+                self._muted.add(cls)
+
+    def emit(self, event: Event) -> None:
+        if self.bus is None or type(event) in self._muted:
+            return
+        try:
+            self.bus.emit(event)
+        except Exception:
+            logger.warning("could not emit %r on the bus", event.event_name, exc_info=True)

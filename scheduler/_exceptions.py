@@ -7,7 +7,8 @@ The tree::
      ├── LockLostError                     a job's lock was gone or taken over while it ran
      ├── JobLookupError     (LookupError)  ``remove()`` or ``trigger()`` names no job
      ├── IntervalTooShortError (ValueError) a user-supplied schedule fires too often
-     └── RunCancelledError                 a run was cancelled by ``remove(name, cancel=True)``
+     ├── RunCancelledError                 a run was cancelled by ``remove(name, cancel=True)``
+     └── RunTimeoutError    (TimeoutError) a run went past its job's ``timeout=``
 
 Messages are built here from data, so that raise sites pass values, not prose.
 """
@@ -20,6 +21,7 @@ __all__ = [
     "JobLookupError",
     "LockLostError",
     "RunCancelledError",
+    "RunTimeoutError",
     "SchedulerError",
 ]
 
@@ -104,7 +106,7 @@ class IntervalTooShortError(SchedulerError, ValueError):
         self.minimum = minimum
         super().__init__(
             f"job {name!r}: {expr!r} fires every {interval:g}s, more often than the minimum "
-            f"of {minimum:g}s for user-supplied schedules; choose a sparser expression"
+            f"of {minimum:g}s for user-supplied schedules; choose a sparser schedule"
         )
 
     def __reduce__(self) -> tuple[type[IntervalTooShortError], tuple[str, str, float, float]]:
@@ -125,3 +127,19 @@ class RunCancelledError(SchedulerError):
 
     def __reduce__(self) -> tuple[type[RunCancelledError], tuple[str, str]]:
         return type(self), (self.name, self.reason)
+
+
+class RunTimeoutError(SchedulerError, TimeoutError):
+    """A run took longer than its job's ``timeout=`` and was cancelled (its recorded error).
+
+    :param name: the job's name
+    :param timeout: the limit, in seconds
+    """
+
+    def __init__(self, name: str, timeout: float) -> None:
+        self.name = name
+        self.timeout = timeout
+        super().__init__(f"run of job {name!r} took longer than timeout={timeout:g}s; cancelled")
+
+    def __reduce__(self) -> tuple[type[RunTimeoutError], tuple[str, float]]:
+        return type(self), (self.name, self.timeout)

@@ -1,8 +1,8 @@
-"""Job definitions and their triggers: when a job fires, as pure functions of time.
+"""Jobs: what runs, on which trigger, with which options; and job definitions kept as data.
 
-A trigger answers three questions, all from *scheduled* times (never from when a run ended,
-so a schedule does not drift): the first fire after the scheduler starts, the fire after a
-given one, and the first fire strictly after "now" (used to skip over missed fires).
+Every way of registering a job (the decorators and the ``add_*`` methods) takes the same
+keyword options, :class:`JobOptions`; :class:`Job` validates them, so a bad option raises
+before anything is registered, with an error that names the argument.
 """
 
 from __future__ import annotations
@@ -10,140 +10,132 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Literal, TypedDict, get_args
 
 from ._context import RunContext
-from ._cron import CronExpression
-from ._records import TriggerKind
+from ._records import RunRecord, TriggerKind
+from ._triggers import AnyTrigger
 
-__all__ = [
-    "CronTrigger",
-    "IntervalTrigger",
-    "Job",
-    "JobDefinition",
-    "JobFunction",
-    "TimeoutTrigger",
-    "Trigger",
-]
+__all__ = ["CatchUp", "Job", "JobDefinition", "JobFunction", "JobOptions"]
 
 JobFunction = Callable[[RunContext], Awaitable[Any]]
 
-
-class Trigger(Protocol):
-    """**Protocol:** the fire times of one job; aware datetimes in, aware datetimes out."""
-
-    @property
-    def kind(self) -> TriggerKind: ...
-
-    def first(self, start: datetime) -> datetime | None: ...
-
-    def next(self, previous: datetime) -> datetime | None: ...
-
-    def after(self, previous: datetime, now: datetime) -> datetime | None:
-        """The first fire of this series strictly after ``now`` (``previous`` is one of it)."""
-        ...
+#: what to do at start with the fires missed while no replica was up
+CatchUp = Literal["skip", "latest", "all"]
 
 
-@dataclass(frozen=True, slots=True)
-class CronTrigger:
-    """Fires at the times of a cron expression in its zone."""
+class JobOptions(TypedDict, total=False):
+    """The keyword options every registration accepts; see :class:`Job` for each."""
 
-    cron: CronExpression
-
-    @property
-    def kind(self) -> TriggerKind:
-        return "cron"
-
-    def first(self, start: datetime) -> datetime | None:
-        return self.cron.next_after(start)
-
-    def next(self, previous: datetime) -> datetime | None:
-        return self.cron.next_after(previous)
-
-    def after(self, previous: datetime, now: datetime) -> datetime | None:
-        return self.cron.next_after(now)
-
-
-@dataclass(frozen=True, slots=True)
-class IntervalTrigger:
-    """Fires every ``seconds``, the first time one interval after the scheduler starts."""
-
-    seconds: float
-
-    def __post_init__(self) -> None:
-        if not self.seconds > 0:
-            raise ValueError(f"seconds={self.seconds!r} must be a positive number of seconds")
-
-    @property
-    def kind(self) -> TriggerKind:
-        return "interval"
-
-    def first(self, start: datetime) -> datetime | None:
-        return start + timedelta(seconds=self.seconds)
-
-    def next(self, previous: datetime) -> datetime | None:
-        return previous + timedelta(seconds=self.seconds)
-
-    def after(self, previous: datetime, now: datetime) -> datetime | None:
-        # Stay on the grid of the original schedule: previous + k * interval.
-        steps = math.floor((now - previous).total_seconds() / self.seconds) + 1
-        return previous + timedelta(seconds=self.seconds * max(steps, 1))
-
-
-@dataclass(frozen=True, slots=True)
-class TimeoutTrigger:
-    """Fires once, ``seconds`` after the scheduler starts (or after the job is added)."""
-
-    seconds: float
-
-    def __post_init__(self) -> None:
-        if not self.seconds >= 0:
-            raise ValueError(f"seconds={self.seconds!r} must be zero or more seconds")
-
-    @property
-    def kind(self) -> TriggerKind:
-        return "timeout"
-
-    def first(self, start: datetime) -> datetime | None:
-        return start + timedelta(seconds=self.seconds)
-
-    def next(self, previous: datetime) -> datetime | None:
-        return None
-
-    def after(self, previous: datetime, now: datetime) -> datetime | None:
-        return None
+    wait_for_completion: bool
+    max_running: int
+    lock_ttl: float
+    renew: bool
+    misfire_grace: float | None
+    timeout: float | None
+    jitter: float
+    catch_up: CatchUp
+    max_catch_up: int
 
 
 @dataclass(slots=True, kw_only=True)
 class Job:
-    """A registered job: what to run, when, and under which lock options.
+    """A registered job: what to run, when, and under which options.
 
     :param name: unique within a scheduler; also the lock key and the run table's task_name
-    :param fn: ``async def fn(run: RunContext)``
+    :param fn: ``async def fn(run: RunContext)``; what it returns is stored in the run record
     :param trigger: when it fires
-    :param wait_for_completion: skip (not queue) a fire while a run of this job is going
+    :param max_running: how many runs of it may go on at once (across replicas, with a
+        lock); a fire beyond that is skipped (``running``, or ``locked`` on another replica),
+        not queued. Default 1
+    :param wait_for_completion: ``False`` lifts the limit in this process (the older spelling;
+        with a lock, overlapping runs are still ``locked``); not together with ``max_running``
     :param lock_ttl: seconds the job's lock lives; a run longer than this loses it unless
         ``renew`` is set
     :param renew: extend the lock every ``lock_ttl / 3`` and cancel the run if that fails
     :param misfire_grace: seconds a fire may be late and still run (``None``: the
         scheduler's default)
+    :param timeout: seconds a run may take; then it is cancelled and recorded as failed
+        (``RunTimeoutError``), and its lock released
+    :param jitter: up to this many seconds of random delay before each fire runs (spreads
+        load); the run keeps its unjittered ``scheduled_at``, which is what replicas claim
+    :param catch_up: fires missed while no replica was up, found at start from the last
+        scheduled fire in the run table: ``"skip"`` them (default), run the ``"latest"``
+        once, or run ``"all"`` in order, at most ``max_catch_up``
+    :param max_catch_up: how many missed fires ``catch_up="all"`` runs; the rest are skipped
+        with one WARNING and one run record
+    :param paused: fires are recorded as skipped (``paused``) until :meth:`Scheduler.resume`
+    :param stored: the job comes from the job table, where its paused state lives
+    :param last_run: the latest record this scheduler wrote for it (a ``claimed`` skip aside)
     """
 
     name: str
     fn: JobFunction
-    trigger: CronTrigger | IntervalTrigger | TimeoutTrigger
+    trigger: AnyTrigger
+    max_running: int = 1
     wait_for_completion: bool = True
     lock_ttl: float = 300.0
     renew: bool = False
     misfire_grace: float | None = None
+    timeout: float | None = None
+    jitter: float = 0.0
+    catch_up: CatchUp = "skip"
+    max_catch_up: int = 10
+    paused: bool = False
+    stored: bool = False
+    last_run: RunRecord | None = field(default=None, compare=False)
     generation: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a job needs a non-empty name=")
-        if not self.lock_ttl > 0:
-            raise ValueError(f"lock_ttl={self.lock_ttl!r} must be a positive number of seconds")
+        _positive("lock_ttl", self.lock_ttl)
+        _count("max_running", self.max_running)
+        _count("max_catch_up", self.max_catch_up)
+        if self.timeout is not None:
+            _positive("timeout", self.timeout)
+        if self.misfire_grace is not None and not self.misfire_grace >= 0:
+            raise ValueError(f"misfire_grace={self.misfire_grace!r} must be zero or more seconds")
+        if not (isinstance(self.jitter, int | float) and self.jitter >= 0):
+            raise ValueError(f"jitter={self.jitter!r} must be zero or more seconds")
+        if self.catch_up not in get_args(CatchUp):
+            choices = ", ".join(repr(c) for c in get_args(CatchUp))
+            raise ValueError(f"catch_up={self.catch_up!r} must be one of {choices}")
+        if not self.wait_for_completion and self.max_running != 1:
+            raise ValueError(
+                f"job {self.name!r}: pass max_running={self.max_running!r} or "
+                "wait_for_completion=False, not both"
+            )
+
+    @property
+    def kind(self) -> TriggerKind:
+        """``cron``, ``interval``, ``timeout`` or ``at``."""
+        return self.trigger.kind
+
+    @property
+    def schedule(self) -> str:
+        """The expression, ``every 10s``, ``once, 5s after start`` or ``at <instant>``."""
+        return self.trigger.schedule
+
+    @property
+    def tz(self) -> str:
+        """The zone the schedule is read in."""
+        return self.trigger.tz
+
+    @property
+    def limit(self) -> int | None:
+        """How many runs this process may have going at once (``None``: no limit)."""
+        return self.max_running if self.wait_for_completion else None
+
+
+def _positive(name: str, value: object) -> None:
+    if not (isinstance(value, int | float) and value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name}={value!r} must be a positive number of seconds")
+
+
+def _count(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}={value!r} must be a whole number, at least 1")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -155,6 +147,7 @@ class JobDefinition:
     :param tz: IANA zone the expression is read in
     :param enabled: disabled definitions are not registered
     :param payload: free text (JSON) for the job function to interpret
+    :param paused: registered, but its fires are skipped (``paused``) on every replica
     """
 
     name: str
@@ -162,3 +155,4 @@ class JobDefinition:
     tz: str = "UTC"
     enabled: bool = True
     payload: str | None = None
+    paused: bool = False

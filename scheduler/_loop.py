@@ -1,17 +1,14 @@
 """The scheduler: one loop that fires the registered jobs on time.
 
-The registry it inherits lives in ``_registry``; the execution of one fire in ``_runner``.
-
-One task keeps a heap of ``(fire_time, seq, job_name, generation)`` and sleeps until the
-earliest entry; adding or removing a job cancels that sleep so the loop looks again. Nothing
-polls, and 10,000 jobs are 10,000 heap entries, not 10,000 sleeping tasks. Replacing or
-removing a job bumps its generation, which turns its old heap entries into no-ops.
+Its parts: the registry it inherits (``_registry``), the heap (``_timetable``), one fire's
+execution (``_runner``), the missed fires to run at start (``_catch_up``). One task sleeps
+until the earliest fire; adding or removing a job wakes it. Nothing polls.
 
 The next fire is computed from the *scheduled* time, never from when a run ended, so a
 schedule does not drift. A fire missed while the process was blocked (the loop woke more
 than ``misfire_grace`` late) is not made up: it is recorded as skipped (``missed``) and the
-schedule moves to the next future fire. Fires that fell while the process was down are
-not seen at all: the first fire after a start is computed from the start time.
+schedule moves to the next future fire. Fires that fell while no replica was up are the
+job's ``catch_up`` policy: skipped (the default), or run at start, read from the run table.
 
 Lateness is measured on the clock's ``monotonic()`` when it has one (``SystemClock``): a
 wall-clock step forwards while the loop slept (NTP) does not turn an on-time fire into a
@@ -21,28 +18,32 @@ skipped as ``missed`` by the same ``misfire_grace`` rule.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import os
+import random
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import anyio
 from anyio.abc import TaskGroup
 
-from eventbus import Event, EventBus
+from eventbus import EventBus
 
+from ._catch_up import CatchUp, needs_catch_up
 from ._clock import SystemClock, call_before
-from ._events import register_events
+from ._events import BusEmitter
+from ._guards import RunControl
 from ._jobs import Job, JobDefinition, JobFunction
 from ._records import RunRecord, TriggerKind
 from ._registry import JobRegistry
-from ._runner import RunControl, Runner
+from ._runner import Runner
+from ._settle import Settler
+from ._tasks import TaskTracker
+from ._timetable import Timetable
 from .abc import Clock, JobSource, Lock, RunStore
 from .backends.local import MemoryRunStore
 
@@ -76,11 +77,13 @@ class Scheduler(JobRegistry):
     :param misfire_grace: seconds a fire may be late and still run, once (default 1 s: the
         jitter of a busy event loop); a fire later than this is skipped as ``missed``
     :param min_interval: the floor, in seconds, for schedules given to :meth:`add_cron` and
-        loaded from a job table (user-supplied); code-defined decorators are not held to it
+        :meth:`add_interval` and loaded from a job table (user-supplied); code-defined
+        decorators are not held to it
     :param shutdown_grace: seconds runs in progress may take to finish on exit before they are
         cancelled (by ``clock``, and at most that long in real time); a run cancelled then
         is recorded and counted as failed and announced as ``scheduler.run.failed``
-    :param job_source: job definitions registered on start (and again after a restart)
+    :param job_source: job definitions registered on start (and again after a restart); the
+        paused state of its jobs is kept there
     :param job_factory: builds the job function for each loaded definition
     """
 
@@ -100,7 +103,7 @@ class Scheduler(JobRegistry):
     ) -> None:
         if (job_source is None) != (job_factory is None):
             raise ValueError("pass job_source= and job_factory= together, or neither")
-        super().__init__(min_interval=min_interval)
+        super().__init__(min_interval=min_interval, job_source=job_source)
         self.bus = bus
         self.lock = lock
         self.runs: RunStore = runs if runs is not None else MemoryRunStore()
@@ -108,26 +111,27 @@ class Scheduler(JobRegistry):
         self.replica = replica or f"{socket.gethostname()}:{os.getpid()}"
         self.misfire_grace = misfire_grace
         self.shutdown_grace = shutdown_grace
-        self._job_source = job_source
         self._job_factory = job_factory
-        self._heap: list[tuple[datetime, int, str, int]] = []
-        self._seq = itertools.count()
+        self._timetable = Timetable(self._jobs)
         self._active: dict[str, set[RunControl]] = {}
+        self._delayed: set[anyio.CancelScope] = set()  # fires waiting out their jitter
         self._tg: TaskGroup | None = None
         self._wake_scope: anyio.CancelScope | None = None
         self._loop_scope: anyio.CancelScope | None = None
-        self._quiet: anyio.Event | None = None
-        self._busy = 0
-        self._muted: set[type[Event]] = set()
-        self._prepare_bus()
+        self._tasks = TaskTracker()
+        self._settler = Settler(lock, self.clock)
+        self._events = BusEmitter(bus)
         self._runner = Runner(
             lock=lock,
             runs=self.runs,
             clock=self.clock,
-            emit=self._emit,
+            emit=self._events.emit,
             replica=self.replica,
             claim_ttl=max(60.0, misfire_grace * 2),
+            unsure=self._settler.unsure,
+            recorded=self._recorded,
         )
+        self._catch_up = CatchUp(self._runner, self._fire)
 
     def __repr__(self) -> str:
         return (
@@ -137,7 +141,10 @@ class Scheduler(JobRegistry):
 
     def _job_added(self, job: Job) -> None:
         if self._tg is not None:
-            self._schedule(job, self.clock.now())
+            now = self.clock.now()
+            self._schedule(job, now)
+            if needs_catch_up(job, now):  # a one-shot whose instant is already past
+                self._tasks.spawn(self._catch_up, job, now)
             self._wake()
 
     def _job_removed(self, job: Job, *, cancel: bool) -> None:
@@ -146,12 +153,18 @@ class Scheduler(JobRegistry):
             for control in self._active.get(job.name, ()):
                 control.cancel("job removed")
 
+    def _recorded(self, record: RunRecord) -> None:
+        job = self._jobs.get(record.task_name)
+        if job is not None:
+            job.last_run = record
+
     # -- running now ----------------------------------------------------------------------------
 
     async def trigger(self, name: str) -> RunRecord:
         """Run the job now, through the same lock and code path, with trigger ``manual``.
 
-        Works whether or not the loop is running; returns the finished (or skipped) record.
+        Works whether or not the loop is running, and whether or not the job is paused;
+        returns the finished (or skipped) record.
 
         :raises JobLookupError: if no job has that name
         """
@@ -159,6 +172,25 @@ class Scheduler(JobRegistry):
         return await self._execute(
             job, "manual", None, cancelled="the caller of trigger() was cancelled"
         )
+
+    def next_fire_times(self, name: str, n: int = 5) -> list[datetime]:
+        """The next ``n`` fire times of job ``name``, in its zone: from the loop's timetable
+        while the scheduler runs, else as if it started now.
+
+        :raises JobLookupError: if no job has that name
+        :raises ValueError: if ``n`` is less than 1
+        """
+        job = self.get(name)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n={n!r} must be a whole number, at least 1")
+        upcoming: list[datetime] = []
+        fire = self._timetable.next_for(job) if self._tg is not None else None
+        if fire is None and self._tg is None:
+            fire = job.trigger.first(self.clock.now())
+        while fire is not None and len(upcoming) < n:
+            upcoming.append(fire.astimezone(job.trigger.zone))
+            fire = job.trigger.next(fire)
+        return upcoming
 
     def statistics(self) -> SchedulerStatistics:
         c = self._runner.counters
@@ -175,30 +207,62 @@ class Scheduler(JobRegistry):
     def _is_current(self, job: Job) -> bool:
         return self._jobs.get(job.name) is job and job.generation >= 0
 
-    async def _fire(self, job: Job, kind: TriggerKind, scheduled_at: datetime) -> None:
-        """A scheduled fire: dropped if the job was removed or replaced since it was due."""
-        if self._is_current(job):
-            await self._execute(job, kind, scheduled_at, cancelled="the scheduler shut down")
+    async def _fire(
+        self, job: Job, kind: TriggerKind, scheduled_at: datetime, *, catching_up: bool = False
+    ) -> None:
+        """A scheduled fire: dropped if the job was removed or replaced since it was due;
+        skipped if it is paused; run after its jitter (a missed fire caught up: at once)."""
+        if not self._is_current(job):
+            return
+        if await self.is_paused(job):
+            base = self._runner.new_record(job.name, kind, scheduled_at)
+            detail = f"the job is paused; resume it with resume({job.name!r})"
+            await self._runner.skip(base, "paused", detail)
+            return
+        if job.jitter and not catching_up:
+            with anyio.CancelScope() as delay:
+                self._delayed.add(delay)
+                try:
+                    await self.clock.sleep(random.uniform(0, job.jitter))
+                finally:
+                    self._delayed.discard(delay)
+            if delay.cancelled_caught:
+                base = self._runner.new_record(job.name, kind, scheduled_at)
+                detail = "the scheduler stopped while this fire waited out its jitter"
+                await self._runner.skip(base, "stopped", detail)
+                return
+        await self._execute(
+            job, kind, scheduled_at, cancelled="the scheduler shut down", catching_up=catching_up
+        )
 
     async def _execute(
-        self, job: Job, kind: TriggerKind, scheduled_at: datetime | None, *, cancelled: str
+        self,
+        job: Job,
+        kind: TriggerKind,
+        scheduled_at: datetime | None,
+        *,
+        cancelled: str,
+        catching_up: bool = False,
     ) -> RunRecord:
         base = self._runner.new_record(job.name, kind, scheduled_at)
         active = self._active.setdefault(job.name, set())
-        if job.wait_for_completion and active:
-            return await self._runner.skip(base, "running", "the previous run is still going")
+        if job.limit is not None and len(active) >= job.limit:
+            detail = (
+                "the previous run is still going"
+                if job.limit == 1
+                else f"max_running={job.limit} runs are still going"
+            )
+            return await self._runner.skip(base, "running", detail)
         control = RunControl()
         active.add(control)
         try:
             return await self._runner.execute(
                 base=base,
-                fn=job.fn,
-                lock_ttl=job.lock_ttl,
-                renew=job.renew,
+                job=job,
                 control=control,
                 current=lambda: self._is_current(job),
                 cancelled=cancelled,
-                misfire_grace=job.misfire_grace,
+                catching_up=catching_up,
             )
         finally:
             active.discard(control)
@@ -211,41 +275,14 @@ class Scheduler(JobRegistry):
         For tests on a virtual clock whose stores do real I/O (SQL in a thread): the clock
         cannot see that work, so step with ``await clock.advance(n); await sched.wait_idle()``.
         """
-        while self._busy:
-            if self._quiet is None or self._quiet.is_set():
-                self._quiet = anyio.Event()
-            await self._quiet.wait()
-
-    def _spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        assert self._tg is not None
-        self._busy += 1
-        self._tg.start_soon(self._tracked, fn, *args)
-
-    async def _tracked(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        try:
-            await fn(*args)
-        finally:
-            self._busy -= 1
-            if not self._busy and self._quiet is not None:
-                self._quiet.set()
+        await self._tasks.wait_idle()
 
     # -- the loop -------------------------------------------------------------------------------
 
     def _schedule(self, job: Job, now: datetime) -> None:
         first = job.trigger.first(now)
         if first is not None:
-            self._push(first, job)
-
-    def _push(self, when: datetime, job: Job) -> None:
-        entry = (when.astimezone(UTC), next(self._seq), job.name, job.generation)
-        heapq.heappush(self._heap, entry)
-        if len(self._heap) > 2 * len(self._jobs) + 64:
-            self._heap = [e for e in self._heap if self._current(e) is not None]
-            heapq.heapify(self._heap)
-
-    def _current(self, entry: tuple[datetime, int, str, int]) -> Job | None:
-        job = self._jobs.get(entry[2])
-        return job if job is not None and job.generation == entry[3] else None
+            self._timetable.push(first, job)
 
     def _wake(self) -> None:
         if self._wake_scope is not None:
@@ -255,6 +292,8 @@ class Scheduler(JobRegistry):
         now = self.clock.now()
         for job in self._jobs.values():
             self._schedule(job, now)
+            if needs_catch_up(job, now):
+                self._tasks.spawn(self._catch_up, job, now)
         task_status.started()
         monotonic: Callable[[], float] | None = getattr(self.clock, "monotonic", None)
         step = timedelta(0)
@@ -263,8 +302,9 @@ class Scheduler(JobRegistry):
             wall, mono = self.clock.now(), monotonic() if monotonic else 0.0
             with anyio.CancelScope() as scope:
                 self._wake_scope = scope
-                if self._heap:
-                    await self.clock.sleep_until(self._heap[0][0])
+                earliest = self._timetable.earliest()
+                if earliest is not None:
+                    await self.clock.sleep_until(earliest)
                 else:
                     await anyio.sleep_forever()
             self._wake_scope = None
@@ -277,12 +317,8 @@ class Scheduler(JobRegistry):
         """Fire every entry due by ``wall``; lateness is judged at ``wall - step``, the time
         by the monotonic clock (a forward wall-clock step is not lateness)."""
         now = wall - step
-        while self._heap and self._heap[0][0] <= wall:
-            entry = heapq.heappop(self._heap)
-            job = self._current(entry)
-            if job is None:
-                continue
-            due = entry[0]
+        while (due_job := self._timetable.pop_due(wall)) is not None:
+            due, job = due_job
             grace = self.misfire_grace if job.misfire_grace is None else job.misfire_grace
             following = job.trigger.next(due)
             run_at: datetime | None = due if (now - due).total_seconds() <= grace else None
@@ -299,11 +335,11 @@ class Scheduler(JobRegistry):
                     f"beyond misfire_grace={grace:g}s; next at "
                     f"{following.isoformat() if following else 'never'}"
                 )
-                self._spawn(self._runner.skip, base, "missed", detail)
+                self._tasks.spawn(self._runner.skip, base, "missed", detail)
             if following is not None:
-                self._push(following, job)
+                self._timetable.push(following, job)
             if run_at is not None:
-                self._spawn(self._fire, job, job.trigger.kind, run_at)
+                self._tasks.spawn(self._fire, job, job.trigger.kind, run_at)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -314,11 +350,11 @@ class Scheduler(JobRegistry):
             await self.load_jobs(self._job_source, self._job_factory)
         tg = anyio.create_task_group()
         await tg.__aenter__()
-        self._tg = tg
+        self._tg = self._tasks.tg = tg
         self._loop_scope = anyio.CancelScope()
-        self._quiet = None
         try:
             await tg.start(self._run_loop)
+            tg.start_soon(self._settler.run)
         except BaseException:
             self._tg = None
             await tg.__aexit__(None, None, None)
@@ -339,39 +375,23 @@ class Scheduler(JobRegistry):
         tg = self._tg
         assert tg is not None and self._loop_scope is not None
         self._loop_scope.cancel()  # no new fires; runs in progress get the grace period
-        if self._busy:
+        for delay in self._delayed:  # fires still waiting out their jitter: not started
+            delay.cancel()
+        if self._tasks.busy:
             # The grace ends by the injected clock (a test advances it), and by real time too
             # so that a virtual clock nobody advances cannot hold the exit forever.
             grace_ends = self.clock.now() + timedelta(seconds=self.shutdown_grace)
             with anyio.CancelScope(shield=True), anyio.move_on_after(self.shutdown_grace):
                 await call_before(self.clock, grace_ends, self.wait_idle)
+        await self._settler.last_try()
         tg.cancel_scope.cancel()
         try:
             return await tg.__aexit__(exc_type, exc, tb)
         finally:
-            self._tg = None
-            self._heap.clear()
+            self._tg = self._tasks.tg = None
+            self._timetable.clear()
 
     async def run(self) -> None:
         """Run until cancelled (``tg.start_soon(sched.run)`` in the application)."""
         async with self:
             await anyio.sleep_forever()
-
-    # -- events ---------------------------------------------------------------------------------
-
-    def _prepare_bus(self) -> None:
-        """Make the bus's registry know the scheduler's events, or mute the clashing ones."""
-        if self.bus is None:
-            return
-        for cls in register_events(self.bus.registry):
-            name = cls.__event_name__
-            logger.debug("bus registry declares %r differently; not emitting it", name)
-            self._muted.add(cls)
-
-    def _emit(self, event: Event) -> None:
-        if self.bus is None or type(event) in self._muted:
-            return
-        try:
-            self.bus.emit(event)
-        except Exception:
-            logger.warning("could not emit %r on the bus", event.event_name, exc_info=True)

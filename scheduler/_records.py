@@ -13,7 +13,7 @@ from typing import Any, Literal
 __all__ = ["RunRecord", "RunStatus", "TriggerKind", "abandoned_error"]
 
 RunStatus = Literal["running", "succeeded", "failed", "skipped", "abandoned"]
-TriggerKind = Literal["cron", "interval", "timeout", "manual"]
+TriggerKind = Literal["cron", "interval", "timeout", "at", "manual"]
 
 
 def abandoned_error(expires_at: datetime | None) -> str:
@@ -28,7 +28,8 @@ class RunRecord:
 
     :param id: unique run id
     :param task_name: the job's name
-    :param trigger: what started it: ``cron``, ``interval``, ``timeout`` or ``manual``
+    :param trigger: what started it: ``cron``, ``interval``, ``timeout``, ``at`` or
+        ``manual``
     :param status: ``running``, ``succeeded``, ``failed``, ``skipped``, or ``abandoned``
         (left ``running`` by a process that died; found stale after its lock TTL)
     :param scheduled_at: the fire time this run belongs to (``None`` for a manual run)
@@ -41,6 +42,10 @@ class RunRecord:
     :param replica: which process recorded it (host:pid unless configured)
     :param fence: the fencing token of the run's lock acquisition
     :param lock_lost: the run's lock expired or was taken while it ran (an alarm)
+    :param result: what the job returned, as JSON (encoded by the bus's codec, directed by
+        the function's return annotation); ``None`` for ``None`` and for runs that did not
+        succeed
+    :param result_repr: ``result`` is the ``repr()`` of a value JSON cannot hold, not the value
     """
 
     id: str
@@ -57,3 +62,5 @@ class RunRecord:
     replica: str = ""
     fence: int | None = None
     lock_lost: bool = False
+    result: Any = None
+    result_repr: bool = False

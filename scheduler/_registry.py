@@ -1,7 +1,9 @@
-"""The runtime registry of jobs: the decorators, ``add_cron``, ``remove`` and lookups.
+"""The runtime registry of jobs: the decorators, the ``add_*`` methods, ``remove``, lookups,
+and the paused state.
 
 :class:`Scheduler` inherits it and hears of every change through two hooks, so the registry
-holds no timer or run logic: it only validates and keeps the jobs by name.
+holds no timer or run logic: it validates, keeps the jobs by name, and keeps the paused state
+of jobs from the job table in that table.
 """
 
 from __future__ import annotations
@@ -10,35 +12,34 @@ import inspect
 import itertools
 import logging
 from collections.abc import Callable
-from typing import Any
+from datetime import datetime
+from typing import Unpack
 
 from ._cron import CronExpression
 from ._exceptions import IntervalTooShortError, JobLookupError
-from ._jobs import (
-    CronTrigger,
-    IntervalTrigger,
-    Job,
-    JobDefinition,
-    JobFunction,
-    TimeoutTrigger,
-)
+from ._jobs import Job, JobDefinition, JobFunction, JobOptions
+from ._triggers import AnyTrigger, AtTrigger, CronTrigger, IntervalTrigger, TimeoutTrigger
 from .abc import JobSource
 
 __all__ = ["JobRegistry"]
 
 logger = logging.getLogger("scheduler")
 
-_Trigger = CronTrigger | IntervalTrigger | TimeoutTrigger
-
 
 class JobRegistry:
     """Jobs by name; the base of :class:`Scheduler`.
 
+    Options (``**options``) are those of :class:`~scheduler.JobOptions`, validated by
+    :class:`~scheduler.Job`: ``max_running``, ``wait_for_completion``, ``lock_ttl``,
+    ``renew``, ``misfire_grace``, ``timeout``, ``jitter``, ``catch_up``, ``max_catch_up``.
+
     :param min_interval: the floor, in seconds, for user-supplied schedules
+    :param job_source: the job table; where the paused state of its jobs is kept
     """
 
-    def __init__(self, *, min_interval: float) -> None:
+    def __init__(self, *, min_interval: float, job_source: JobSource | None = None) -> None:
         self.min_interval = min_interval
+        self._job_source = job_source
         self._jobs: dict[str, Job] = {}
         self._generations = itertools.count(1)
 
@@ -48,61 +49,32 @@ class JobRegistry:
     def _job_removed(self, job: Job, *, cancel: bool) -> None:
         """Hook: ``job`` was deleted; ``cancel`` asks to cancel its run in progress."""
 
+    # -- decorators: jobs written as code -------------------------------------------------------
+
     def cron(
-        self,
-        expr: str,
-        *,
-        name: str | None = None,
-        tz: str = "UTC",
-        wait_for_completion: bool = True,
-        lock_ttl: float = 300.0,
-        renew: bool = False,
-        misfire_grace: float | None = None,
+        self, expr: str, *, name: str | None = None, tz: str = "UTC", **options: Unpack[JobOptions]
     ) -> Callable[[JobFunction], JobFunction]:
         """Register the decorated function to fire at the times of ``expr`` in ``tz``.
 
         :param name: the job's name (default ``module:qualname``)
-        :param wait_for_completion: skip (not queue) a fire while the previous run goes on
-        :param lock_ttl: seconds the job's lock lives (with a lock)
-        :param renew: extend the lock every ``lock_ttl / 3``; cancel the run if that fails
-        :param misfire_grace: seconds a fire may be late and still run (default: the
-            scheduler's)
         """
-        options = _options(wait_for_completion, lock_ttl, renew, misfire_grace)
         return self._decorator(CronTrigger(CronExpression(expr, tz)), name, options)
 
     def interval(
-        self,
-        *,
-        seconds: float,
-        name: str | None = None,
-        wait_for_completion: bool = True,
-        lock_ttl: float = 300.0,
-        renew: bool = False,
-        misfire_grace: float | None = None,
+        self, *, seconds: float, name: str | None = None, **options: Unpack[JobOptions]
     ) -> Callable[[JobFunction], JobFunction]:
         """Register the decorated function to fire every ``seconds``, first one interval
-        after the scheduler starts; options as :meth:`cron`."""
-        options = _options(wait_for_completion, lock_ttl, renew, misfire_grace)
+        after the scheduler starts."""
         return self._decorator(IntervalTrigger(seconds), name, options)
 
     def timeout(
-        self,
-        *,
-        seconds: float,
-        name: str | None = None,
-        wait_for_completion: bool = True,
-        lock_ttl: float = 300.0,
-        renew: bool = False,
-        misfire_grace: float | None = None,
+        self, *, seconds: float, name: str | None = None, **options: Unpack[JobOptions]
     ) -> Callable[[JobFunction], JobFunction]:
-        """Register the decorated function to fire once, ``seconds`` after start; options
-        as :meth:`cron`."""
-        options = _options(wait_for_completion, lock_ttl, renew, misfire_grace)
+        """Register the decorated function to fire once, ``seconds`` after start."""
         return self._decorator(TimeoutTrigger(seconds), name, options)
 
     def _decorator(
-        self, trigger: _Trigger, name: str | None, options: dict[str, Any]
+        self, trigger: AnyTrigger, name: str | None, options: JobOptions
     ) -> Callable[[JobFunction], JobFunction]:
         def register(fn: JobFunction) -> JobFunction:
             qualname = getattr(fn, "__qualname__", type(fn).__qualname__)
@@ -112,6 +84,8 @@ class JobRegistry:
 
         return register
 
+    # -- at run time: user-supplied schedules ---------------------------------------------------
+
     def add_cron(
         self,
         name: str,
@@ -120,33 +94,67 @@ class JobRegistry:
         *,
         tz: str = "UTC",
         min_interval: float | None = None,
-        wait_for_completion: bool = True,
-        lock_ttl: float = 300.0,
-        renew: bool = False,
-        misfire_grace: float | None = None,
+        **options: Unpack[JobOptions],
     ) -> Job:
         """Register (or replace) a job from a user-supplied expression, validating it first.
 
         Nothing is registered when validation fails; a job of the same name is replaced, and
-        a run of the old one still in progress counts for ``wait_for_completion``.
+        a run of the old one still in progress counts for ``max_running``.
 
-        :param min_interval: override the scheduler's floor for this job (seconds); other
-            options as :meth:`cron`
+        :param min_interval: override the scheduler's floor for this job (seconds)
         :raises CronSyntaxError: if ``expr`` does not parse
         :raises IntervalTooShortError: if it fires more often than the floor
         :raises zoneinfo.ZoneInfoNotFoundError: if ``tz`` is unknown
+        :raises ValueError: for a bad option, naming it
         """
         cron = CronExpression(expr, tz)
-        floor = self.min_interval if min_interval is None else min_interval
-        gap = cron.min_interval().total_seconds()
-        if gap < floor:
-            raise IntervalTooShortError(name, expr, gap, floor)
-        options = _options(wait_for_completion, lock_ttl, renew, misfire_grace)
-        job = Job(name=name, fn=fn, trigger=CronTrigger(cron), **options)
-        self._add(job)
-        return job
+        self._check_floor(name, expr, cron.min_interval().total_seconds(), min_interval)
+        return self._add(Job(name=name, fn=fn, trigger=CronTrigger(cron), **options))
 
-    def _add(self, job: Job) -> None:
+    def add_interval(
+        self,
+        name: str,
+        seconds: float,
+        fn: JobFunction,
+        *,
+        min_interval: float | None = None,
+        **options: Unpack[JobOptions],
+    ) -> Job:
+        """Register (or replace) a job that fires every ``seconds``, held to the floor as
+        :meth:`add_cron`; the first fire is one interval after the scheduler starts (or
+        after this call, if it is running)."""
+        trigger = IntervalTrigger(seconds)
+        self._check_floor(name, trigger.schedule, seconds, min_interval)
+        return self._add(Job(name=name, fn=fn, trigger=trigger, **options))
+
+    def add_timeout(
+        self, name: str, seconds: float, fn: JobFunction, **options: Unpack[JobOptions]
+    ) -> Job:
+        """Register (or replace) a job that fires once, ``seconds`` after the scheduler
+        starts (or after this call, if it is running)."""
+        return self._add(Job(name=name, fn=fn, trigger=TimeoutTrigger(seconds), **options))
+
+    def add_at(
+        self, name: str, when: datetime, fn: JobFunction, **options: Unpack[JobOptions]
+    ) -> Job:
+        """Register (or replace) a job that fires once, at the instant ``when``.
+
+        An instant already past when the scheduler starts (or when this is called while it
+        runs) follows ``catch_up``: ``"skip"`` records the fire as skipped (``missed``),
+        ``"latest"`` or ``"all"`` run it now; either way at most once, by the run table.
+
+        :raises ValueError: if ``when`` is naive
+        """
+        return self._add(Job(name=name, fn=fn, trigger=AtTrigger(when), **options))
+
+    def _check_floor(
+        self, name: str, schedule: str, gap: float, min_interval: float | None
+    ) -> None:
+        floor = self.min_interval if min_interval is None else min_interval
+        if gap < floor:
+            raise IntervalTooShortError(name, schedule, gap, floor)
+
+    def _add(self, job: Job) -> Job:
         if not _is_async(job.fn):
             raise TypeError(
                 f"job {job.name!r}: {job.fn!r} is not an async function; a job is awaited on "
@@ -158,6 +166,7 @@ class JobRegistry:
         self._jobs[job.name] = job
         self._job_added(job)
         logger.debug("job %r %s (%s)", job.name, "replaced" if replaced else "added", job.trigger)
+        return job
 
     def remove(self, name: str, *, cancel: bool = False) -> None:
         """Stop the job's timer, then delete it; it never fires again.
@@ -183,8 +192,55 @@ class JobRegistry:
             raise JobLookupError(name) from None
 
     def jobs(self) -> list[Job]:
-        """The registered jobs, in name order."""
+        """The registered jobs, in name order: each with its ``kind``, ``schedule``, ``tz``,
+        ``paused`` flag and ``last_run`` (see also :meth:`Scheduler.next_fire_times`)."""
         return [self._jobs[n] for n in sorted(self._jobs)]
+
+    # -- paused state ---------------------------------------------------------------------------
+
+    async def pause(self, name: str) -> None:
+        """Keep the job's schedule, but record its fires as skipped (``paused``).
+
+        For a job from the job table the state is written there first, so every replica,
+        the CLI and a restart see it; for other jobs it holds in this process.
+
+        :raises JobLookupError: if no job has that name
+        """
+        await self._set_paused(self.get(name), True)
+
+    async def resume(self, name: str) -> None:
+        """Undo :meth:`pause` from the next fire on; the fires skipped meanwhile are not run.
+
+        :raises JobLookupError: if no job has that name
+        """
+        await self._set_paused(self.get(name), False)
+
+    async def _set_paused(self, job: Job, paused: bool) -> None:
+        store = getattr(self._job_source, "set_paused", None) if job.stored else None
+        if store is not None:
+            await store(job.name, paused)  # first: if the table cannot be written, nothing changed
+        job.paused = paused
+        logger.info("job %r %s", job.name, "paused" if paused else "resumed")
+
+    async def is_paused(self, job: Job) -> bool:
+        """Whether ``job`` is paused now: read from the job table for its jobs (another
+        replica or the CLI may have changed it), else the flag in this process."""
+        read = getattr(self._job_source, "is_paused", None) if job.stored else None
+        if read is not None:
+            try:
+                stored: bool | None = await read(job.name)
+            except Exception:
+                logger.warning(
+                    "job %r: could not read its paused state from the job table; using the "
+                    "last known (%s)",
+                    job.name,
+                    "paused" if job.paused else "not paused",
+                    exc_info=True,
+                )
+            else:
+                if stored is not None:
+                    job.paused = stored
+        return job.paused
 
     async def load_jobs(
         self, source: JobSource, factory: Callable[[JobDefinition], JobFunction]
@@ -194,17 +250,19 @@ class JobRegistry:
 
         :return: the names registered
         """
+        self._job_source = source  # where the paused state of these jobs is kept
         loaded = []
         for definition in await source.load():
             if not definition.enabled:
                 continue
             try:
-                self.add_cron(
+                job = self.add_cron(
                     definition.name, definition.expr, factory(definition), tz=definition.tz
                 )
             except Exception:
                 logger.exception("job definition %r was not loaded", definition.name)
                 continue
+            job.stored, job.paused = True, definition.paused
             loaded.append(definition.name)
         return loaded
 
@@ -218,14 +276,3 @@ def _is_async(fn: object) -> bool:
     if inspect.isroutine(target) or not callable(target):
         return False
     return inspect.iscoroutinefunction(type(target).__call__)
-
-
-def _options(
-    wait_for_completion: bool, lock_ttl: float, renew: bool, misfire_grace: float | None
-) -> dict[str, Any]:
-    return {
-        "wait_for_completion": wait_for_completion,
-        "lock_ttl": lock_ttl,
-        "renew": renew,
-        "misfire_grace": misfire_grace,
-    }

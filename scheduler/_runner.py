@@ -1,9 +1,10 @@
-"""Executing one fire of a job: the lock, the run table, the lifecycle events, and the
-watchdog that renews the lock of a long run.
+"""Executing one fire of a job: the claim and the lock, the run table, the result, and the
+lifecycle events. What runs beside the job function (renewal, timeout) is in ``_guards``.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -15,36 +16,21 @@ import anyio
 
 from eventbus import Event
 
-from ._clock import call_before
 from ._context import RunContext, _current_run
 from ._events import LockLost, RunFailed, RunSkipped, RunStarted, RunSucceeded
-from ._exceptions import LockLostError, RunCancelledError
+from ._exceptions import LockLostError, RunCancelledError, RunTimeoutError
+from ._guards import Renewal, RunControl, call_guarded
+from ._jobs import Job
+from ._locking import LockStep
 from ._records import RunRecord, TriggerKind
+from ._results import encode_result
 
 if TYPE_CHECKING:
     from .abc import Clock, Lease, Lock, RunStore
 
-__all__ = ["RunControl", "RunCounters", "Runner"]
+__all__ = ["RunCounters", "Runner"]
 
 logger = logging.getLogger("scheduler")
-
-
-class RunControl:
-    """How the scheduler reaches into a run in progress: its cancel scope, and why it was
-    cancelled (``remove(cancel=True)`` or a lost lock)."""
-
-    __slots__ = ("lost", "reason", "renewing", "scope")
-
-    def __init__(self) -> None:
-        self.scope = anyio.CancelScope()
-        self.reason: str | None = None
-        self.lost: str | None = None
-        self.renewing = False
-
-    def cancel(self, reason: str) -> None:
-        if self.reason is None:
-            self.reason = reason
-        self.scope.cancel()
 
 
 @dataclass(slots=True)
@@ -74,17 +60,39 @@ class Runner:
         emit: Callable[[Event], None],
         replica: str,
         claim_ttl: float,
+        unsure: Callable[[], None] = lambda: None,
+        recorded: Callable[[RunRecord], None] = lambda record: None,
     ) -> None:
-        self.lock = lock
         self.runs = runs
         self.clock = clock
         self.emit = emit
         self.replica = replica
         self.claim_ttl = claim_ttl
+        #: told when a lock call failed: its outcome is unknown, the lock may need settling
+        self.unsure = unsure
+        #: told of every record written (``Job.last_run``), a ``claimed`` skip aside
+        self.recorded = recorded
         self.counters = RunCounters()
+        self.lock = lock
+
+    @property
+    def lock(self) -> Lock | None:
+        return None if self.locking is None else self.locking.lock
+
+    @lock.setter
+    def lock(self, lock: Lock | None) -> None:
+        self.locking = (
+            None
+            if lock is None
+            else LockStep(lock, self.clock, claim_ttl=self.claim_ttl, unsure=self._unsure)
+        )
+
+    def _unsure(self) -> None:
+        self.unsure()
 
     async def skip(self, base: RunRecord, reason: str, detail: str) -> RunRecord:
-        """Record a fire that did not run (``running``, ``locked``, ``claimed``, ``missed``)."""
+        """Record a fire that did not run (``running``, ``locked``, ``claimed``, ``missed``,
+        ``lock-error``, ``removed``, ``paused``, ``stopped``)."""
         rec = replace(
             base, status="skipped", finished_at=base.started_at, error=f"{reason}: {detail}"
         )
@@ -93,7 +101,7 @@ class Runner:
         if reason in ("missed", "lock-error"):
             level = logging.WARNING
         logger.log(level, "job %r skipped a fire (%s: %s)", base.task_name, reason, detail)
-        await self._save(self.runs.add, rec)
+        await self._save(self.runs.add, rec, quiet=reason == "claimed")
         self.emit(
             RunSkipped(
                 job=rec.task_name,
@@ -121,62 +129,84 @@ class Runner:
         self,
         *,
         base: RunRecord,
-        fn: Callable[[RunContext], Awaitable[Any]],
-        lock_ttl: float,
-        renew: bool,
+        job: Job,
         control: RunControl,
         current: Callable[[], bool] = lambda: True,
         cancelled: str = "the scheduler shut down",
-        misfire_grace: float | None = None,
+        catching_up: bool = False,
     ) -> RunRecord:
-        """Run one fire; never raises except the caller's own cancellation.
+        """Run one fire of ``job``; never raises except the caller's own cancellation.
 
         :param current: whether the job is still the registered one; checked once the lock
             is held, so a job removed or replaced meanwhile does not run
         :param cancelled: why the run stopped if the caller's scope cancels it (the error text)
-        :param misfire_grace: the job's own grace, when it has one: a fire's claim must outlive
-            the latest moment a replica may still run it
+        :param catching_up: a missed fire: wait for the lock, then claim (see ``_locking``)
         """
         name = base.task_name
         lease: Lease | None = None
         # The lease expires lock_ttl after the acquire *call* began at the latest.
         acquired_at = self.clock.now()
-        if self.lock is not None:
+        if self.locking is not None:
             try:
-                if base.scheduled_at is not None:
-                    ttl = max(lock_ttl, self.claim_ttl, 2 * (misfire_grace or 0.0))
-                    if not await self.lock.claim_fire(name, base.scheduled_at, ttl=ttl):
-                        return await self.skip(base, "claimed", "another replica took this fire")
-                acquired_at = self.clock.now()
-                lease = await self.lock.acquire(name, ttl=lock_ttl)
+                lease, reason, acquired_at = await self._take_lock(base, job, catching_up)
             except Exception as exc:
                 logger.exception("job %r: the lock backend failed", name)
+                self.unsure()
                 return await self.skip(base, "lock-error", f"{type(exc).__name__}: {exc}")
+            if reason == "claimed":
+                return await self.skip(base, "claimed", "another replica took this fire")
             if lease is None:
-                return await self.skip(base, "locked", "another run holds the job's lock")
+                return await self.skip(base, "locked", await self.locking.held_by(job))
         try:
             if not current():
                 if lease is not None:
-                    await _quietly(lease.release())
+                    await self._release_quietly(name, lease)
                 return await self.skip(
                     base, "removed", "the job was removed or replaced before this run started"
                 )
-            deadline = acquired_at + timedelta(seconds=lock_ttl)
-            return await self._run_locked(
-                base, fn, lock_ttl, renew, control, lease, deadline, cancelled
-            )
+            deadline = acquired_at + timedelta(seconds=job.lock_ttl)
+            return await self._run_locked(base, job, control, lease, deadline, cancelled)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 if lease is not None:
-                    await _quietly(lease.release())
+                    await self._release_quietly(name, lease)
             raise
+
+    async def _take_lock(
+        self, base: RunRecord, job: Job, catching_up: bool
+    ) -> tuple[Lease | None, str | None, datetime]:
+        """Claim and lock in the order the fire needs: the lease (or ``None``), ``"claimed"``
+        if another replica has the fire, and when the acquire that won began at the latest."""
+        assert self.locking is not None
+        fire = base.scheduled_at
+        if fire is None or not catching_up:
+            if fire is not None and not await self.locking.claim(job, fire):
+                return None, "claimed", self.clock.now()
+            began = self.clock.now()
+            return await self.locking.acquire(job), None, began
+        lease = await self.locking.acquire_waiting(job)
+        began = self.clock.now()  # the winning try began before this: a safe bound
+        if lease is None:
+            return None, None, began
+        try:
+            won = await self.locking.claim(job, fire)
+        except BaseException:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await self._release_quietly(job.name, lease)
+            raise
+        if not won:
+            await self._release_quietly(job.name, lease)
+            return None, "claimed", began
+        return lease, None, began
+
+    async def _release_quietly(self, name: str, lease: Lease) -> None:
+        assert self.locking is not None
+        await self.locking.release_quietly(name, lease)
 
     async def _run_locked(
         self,
         base: RunRecord,
-        fn: Callable[[RunContext], Awaitable[Any]],
-        lock_ttl: float,
-        renew: bool,
+        job: Job,
         control: RunControl,
         lease: Lease | None,
         deadline: datetime,
@@ -194,7 +224,7 @@ class Runner:
         record = replace(
             base,
             started_at=now,
-            expires_at=now + timedelta(seconds=lock_ttl),
+            expires_at=now + timedelta(seconds=job.lock_ttl),
             cursor=cursor,
             fence=None if lease is None else lease.fence,
         )
@@ -209,6 +239,10 @@ class Runner:
             fence=record.fence,
             save=lambda c: self.runs.checkpoint(record.id, c),
         )
+        renewal = None
+        if job.renew and lease is not None:
+            touch = functools.partial(self.runs.touch, record.id)
+            renewal = Renewal(lease, job.lock_ttl, deadline, touch)
         token = _current_run.set(ctx)
         try:
             self.counters.started += 1
@@ -223,8 +257,11 @@ class Runner:
                 )
             )
             error: BaseException | None = None
+            result: Any = None
             try:
-                await self._call(fn, ctx, control, lease if renew else None, lock_ttl, deadline)
+                result = await call_guarded(
+                    job.fn, ctx, control, self.clock, renewal=renewal, limit=job.timeout
+                )
             except Exception as exc:
                 error = exc
             except anyio.get_cancelled_exc_class():
@@ -244,76 +281,15 @@ class Runner:
                     self._emit_failed(done)
                 raise
             if error is None and control.scope.cancelled_caught:
-                error = (
-                    LockLostError(name, control.lost)
-                    if control.lost
-                    else RunCancelledError(name, control.reason or "cancelled")
-                )
+                error = _cancelled_error(name, job, control)
+            if error is None:
+                value, ok = encode_result(job.fn, result)
+                if not ok:
+                    logger.info("job %r returned a value JSON cannot hold; storing its repr", name)
+                record = replace(record, result=value, result_repr=not ok)
             return await self._finish(record, ctx, error, control, lease)
         finally:
             _current_run.reset(token)
-
-    async def _call(
-        self,
-        fn: Callable[[RunContext], Awaitable[Any]],
-        ctx: RunContext,
-        control: RunControl,
-        lease: Lease | None,
-        ttl: float,
-        deadline: datetime,
-    ) -> None:
-        with control.scope:
-            if lease is None:
-                await fn(ctx)
-                return
-            control.renewing = True
-            error: Exception | None = None
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._watchdog, lease, ttl, deadline, ctx.run_id, control)
-                try:
-                    await fn(ctx)
-                except Exception as exc:  # re-raised bare below, not as an ExceptionGroup
-                    error = exc
-                finally:
-                    tg.cancel_scope.cancel()
-            if error is not None:
-                raise error
-
-    async def _watchdog(
-        self, lease: Lease, ttl: float, deadline: datetime, run_id: str, control: RunControl
-    ) -> None:
-        """Extend the lock every ttl/3; cancel the run before the lock can expire unrenewed.
-
-        ``deadline`` is when the lock expires at the latest (the TTL counted from before the
-        call that set it). Each ``extend()`` is given only until ``deadline - margin``, so a
-        Redis that stops answering cannot keep the run going past its lock: at that point
-        the run is cancelled whatever the backend is doing.
-        """
-        margin = timedelta(seconds=min(ttl / 10, 1.0))
-        period = timedelta(seconds=ttl / 3)
-        due = self.clock.now() + period
-        while True:
-            await self.clock.sleep_until(min(due, deadline - margin))
-            before = self.clock.now()
-            if before >= deadline - margin:
-                control.lost = "the lock could not be renewed before it expired"
-                control.cancel("lock lost")
-                return
-            try:
-                in_time, ok = await call_before(self.clock, deadline - margin, lease.extend)
-            except Exception as exc:
-                logger.warning("lock renewal failed (%s: %s); retrying", type(exc).__name__, exc)
-                due = self.clock.now() + period
-                continue
-            if not in_time:
-                continue  # the check at the top cancels the run
-            if not ok:
-                control.lost = "renewal found the lock expired or held by another owner"
-                control.cancel("lock lost")
-                return
-            deadline = before + timedelta(seconds=ttl)
-            due = before + period
-            await _quietly(self.runs.touch(run_id, deadline))
 
     async def _finish(
         self,
@@ -359,7 +335,12 @@ class Runner:
                 if not await lease.release():
                     lost = "released after the lock expired or another owner took it"
             except Exception:
-                logger.exception("job %r: could not release its lock; it expires by TTL", ctx.name)
+                logger.exception(
+                    "job %r: could not release its lock; released once the lock backend "
+                    "answers, else it expires by TTL",
+                    ctx.name,
+                )
+                self.unsure()
         if lost is not None:
             record = await self._alarm(record, lost, renewing=control.renewing)
         return record
@@ -397,7 +378,15 @@ class Runner:
         )
         return record
 
-    async def _save(self, op: Callable[[RunRecord], Awaitable[None]], record: RunRecord) -> None:
+    async def _save(
+        self,
+        op: Callable[[RunRecord], Awaitable[None]],
+        record: RunRecord,
+        *,
+        quiet: bool = False,
+    ) -> None:
+        if not quiet:
+            self.recorded(record)
         try:
             await op(record)
         except Exception:
@@ -406,8 +395,10 @@ class Runner:
             )
 
 
-async def _quietly(aw: Awaitable[Any]) -> None:
-    try:
-        await aw
-    except Exception:
-        logger.exception("scheduler backend call failed")
+def _cancelled_error(name: str, job: Job, control: RunControl) -> Exception:
+    """Why the run's own scope was cancelled, as the error its record keeps."""
+    if control.lost:
+        return LockLostError(name, control.lost)
+    if control.timed_out and job.timeout is not None:
+        return RunTimeoutError(name, job.timeout)
+    return RunCancelledError(name, control.reason or "cancelled")

@@ -60,6 +60,10 @@ class Lock(Protocol):
       (name, fire time) within ``ttl`` seconds; this is what makes one scheduled fire run
       once even when the first replica's run ended before the second one woke.
     * A lock bounds concurrency; it does not guarantee that a run finishes.
+    * Optional: ``async holder(name) -> str | None``, who holds the lock now (named in the
+      ``locked`` skip); ``async settle() -> int``, void what calls whose outcome was unknown
+      (a lost reply) may have taken, and return how many remain unresolved. The scheduler
+      calls ``settle()`` in the background after a lock error until it returns 0.
     """
 
     async def acquire(self, name: str, *, ttl: float) -> Lease | None: ...
@@ -76,6 +80,8 @@ class RunStore(Protocol):
       failed or was abandoned, else ``None``.
     * ``abandon_stale(task, now)`` marks the task's ``running`` rows whose ``expires_at`` is
       before ``now`` as ``abandoned`` and returns how many.
+    * ``last_scheduled(task)`` is the latest ``scheduled_at`` of the task's records, whatever
+      their status (catch-up after downtime starts after it), or ``None``.
     * Queries return newest first.
     """
 
@@ -90,6 +96,8 @@ class RunStore(Protocol):
     async def resume_cursor(self, task_name: str) -> Any: ...
 
     async def abandon_stale(self, task_name: str, now: datetime) -> int: ...
+
+    async def last_scheduled(self, task_name: str) -> datetime | None: ...
 
     async def get(self, run_id: str) -> RunRecord | None: ...
 
@@ -106,6 +114,12 @@ class RunStore(Protocol):
 
 @runtime_checkable
 class JobSource(Protocol):
-    """**Protocol:** where job definitions kept as data come from at start."""
+    """**Protocol:** where job definitions kept as data come from at start.
+
+    * Optional, for ``Scheduler.pause``/``resume`` to reach every replica:
+      ``async set_paused(name, paused) -> bool`` (whether a definition had that name) and
+      ``async is_paused(name) -> bool | None`` (``None``: no such definition), read at each
+      fire of a job loaded from it.
+    """
 
     async def load(self) -> list[JobDefinition]: ...

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 from anyio.lowlevel import checkpoint
 
-from ..abc import Hit
+from ..abc import Hit, StoreLoss
 from . import bucket_of
 
 __all__ = ["MemoryCounterStore"]
@@ -90,3 +90,6 @@ class MemoryCounterStore:
         for shard in self._pending.get(counter, []):
             out.update(shard)
         return out
+
+    def on_loss(self, callback: Callable[[StoreLoss], None]) -> None:
+        """Nothing to detect: the counts live and die with the process (never called)."""

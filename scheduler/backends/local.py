@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import os
 import secrets
+import socket
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -21,10 +23,15 @@ class LocalLock:
     virtual-time tests can let a lock expire.
 
     :param now: a zero-argument function returning an aware UTC datetime
+    :param owner: written into every token, as :class:`~scheduler.RedisLock` does (default
+        ``host:pid``)
     """
 
-    def __init__(self, now: Callable[[], datetime] | None = None) -> None:
+    def __init__(
+        self, now: Callable[[], datetime] | None = None, *, owner: str | None = None
+    ) -> None:
         self._now = now or (lambda: datetime.now(UTC))
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self._held: dict[str, tuple[str, datetime]] = {}
         self._fences: dict[str, itertools.count[int]] = {}
         self._claims: dict[tuple[str, datetime], datetime] = {}
@@ -32,17 +39,21 @@ class LocalLock:
     def __repr__(self) -> str:
         return f"LocalLock(held={len(self._held)})"
 
-    def holder(self, name: str) -> str | None:
-        """The token holding ``name`` now, if any (for tests and inspection)."""
+    async def holder(self, name: str) -> str | None:
+        """The owner named in the token that holds ``name`` now, if any."""
+        token = self._token(name)
+        return None if token is None else token.rpartition("#")[0]
+
+    def _token(self, name: str) -> str | None:
         held = self._held.get(name)
         if held is None or held[1] <= self._now():
             return None
         return held[0]
 
     async def acquire(self, name: str, *, ttl: float) -> LocalLease | None:
-        if self.holder(name) is not None:
+        if self._token(name) is not None:
             return None
-        token = secrets.token_hex(8)
+        token = f"{self.owner}#{secrets.token_hex(8)}"
         self._held[name] = (token, self._now() + timedelta(seconds=ttl))
         fence = next(self._fences.setdefault(name, itertools.count(1)))
         return LocalLease(self, name, token, ttl, fence)
@@ -59,7 +70,7 @@ class LocalLock:
         return True
 
     def _owned(self, name: str, token: str) -> bool:
-        return self.holder(name) == token
+        return self._token(name) == token
 
 
 class LocalLease:
@@ -140,6 +151,14 @@ class MemoryRunStore:
                 )
                 count += 1
         return count
+
+    async def last_scheduled(self, task_name: str) -> datetime | None:
+        fires = [
+            r.scheduled_at
+            for r in self._records.values()
+            if r.task_name == task_name and r.scheduled_at is not None
+        ]
+        return max(fires, default=None)
 
     async def get(self, run_id: str) -> RunRecord | None:
         return self._records.get(run_id)

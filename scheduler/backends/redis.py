@@ -1,10 +1,16 @@
 """A lock for replicas on Redis, built on redis-py's asyncio ``Lock`` (asyncio only).
 
-Keys, per job name: ``{prefix}:lock:{name}`` (the lock: ``SET NX PX`` with a random token,
-released by a compare-and-delete script), ``{prefix}:fence:{name}`` (incremented once per
-acquisition: the fencing token) and ``{prefix}:fire:{name}:{epoch_ms}`` (``SET NX PX``:
-claims one scheduled fire, so it runs once even if the first replica's run ended before
-another replica woke; keyed to the millisecond, so sub-second interval fires stay apart).
+Keys, per job name: ``{prefix}:lock:{name}`` (the lock: a ``SET NX PX`` with a token
+``owner#random``, released by a compare-and-delete script), ``{prefix}:fence:{name}``
+(incremented once per acquisition: the fencing token) and ``{prefix}:fire:{name}:{epoch_ms}``
+(the same ``SET NX PX``: claims one scheduled fire, so it runs once even if the first
+replica's run ended before another replica woke; keyed to the millisecond, so sub-second
+interval fires stay apart). ``{prefix}:void:{token}`` marks the token of a command whose reply
+was lost as void once it has been settled, so that a late copy of it takes nothing.
+
+The ``SET NX PX`` is a script that also answers "yes" when the key already holds the same
+token: resending it after a lost reply is safe, and needs no read-back (a read can be served
+before the delayed command it is meant to observe).
 
 Fencing tokens: within one Redis lifetime each acquisition gets the previous token plus one.
 When the counter key is missing (first use, or a restart of a Redis without persistence), a
@@ -21,11 +27,14 @@ would then delete the lock another task (or replica) now holds.
 
 from __future__ import annotations
 
-import contextlib
+import logging
+import os
+import socket
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
+import anyio
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.lock import Lock as _RedisPyLock
 from redis.asyncio.retry import Retry
@@ -38,6 +47,8 @@ __all__ = ["RedisLease", "RedisLock", "make_redis_client"]
 
 if TYPE_CHECKING:
     from redis.commands.core import AsyncScript
+
+logger = logging.getLogger("scheduler")
 
 
 def make_redis_client(
@@ -60,10 +71,12 @@ def make_redis_client(
     held by someone else, a retried ``INCR`` skips a fencing token, and a retried release
     reports a lock that was ours as lost. So nothing is retried by default: the error goes
     to the caller, and the scheduler records it (a ``lock-error`` skip, a renewal retried on
-    its own schedule, an alarm). :class:`RedisLock` resolves a lost ``SET NX`` reply itself
-    by reading the key back, and retries only the fencing ``INCR`` (a repeat skips a token,
-    which fencing tolerates). After a server restart, a command sent on a pooled connection
-    that died with the old server fails this way once; that connection is then replaced.
+    its own schedule, an alarm). :class:`RedisLock` resends its own commands only where that
+    is safe (its ``SET NX`` script recognises its own token; the fencing ``INCR``, where a
+    repeat skips a token, which fencing tolerates), and voids what an unanswered command may
+    have taken once Redis answers (:meth:`RedisLock.settle`). After a server restart, a
+    command sent on a pooled connection that died with the old server fails this way once;
+    that connection is then replaced.
 
     :param url: ``redis://host:port/db``
     :param socket_timeout: seconds to wait for a reply before ``TimeoutError``
@@ -98,17 +111,31 @@ class RedisLock:
 
     Ownership: the client is the caller's; this class never closes it.
 
+    A command whose reply is lost (a timeout, a dropped connection, a cancelled call) may
+    still run, even after the caller gave up on it: a stalled server runs what is in its
+    socket buffers when it resumes. So the token of every such command is remembered, and
+    :meth:`settle` voids it (compare-and-delete, plus a marker that makes a late replay of
+    it take nothing) as soon as Redis answers: at the start of the next call of this lock,
+    and in the background of a running :class:`~scheduler.Scheduler`. A lock or claim taken
+    by a command nobody heard back from is therefore held no longer than that.
+
     :param client: an asyncio Redis client, ideally from :func:`make_redis_client`
     :param prefix: the key prefix (several applications can share one Redis)
+    :param owner: who this process is, written into every token so that a ``locked`` skip
+        names the holder (default ``host:pid``, the scheduler's default ``replica``)
     """
 
-    def __init__(self, client: Redis, *, prefix: str = "scheduler") -> None:
+    def __init__(
+        self, client: Redis, *, prefix: str = "scheduler", owner: str | None = None
+    ) -> None:
         self.client = client
         self.prefix = prefix
-        self._fence_script: AsyncScript | None = None
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
+        self._pending: dict[tuple[str, bytes], int] = {}
+        self._scripts: dict[str, AsyncScript] = {}
 
     def __repr__(self) -> str:
-        return f"RedisLock(prefix={self.prefix!r})"
+        return f"RedisLock(prefix={self.prefix!r}, owner={self.owner!r})"
 
     def key(self, name: str) -> str:
         """The Redis key of the lock of job ``name``."""
@@ -118,61 +145,142 @@ class RedisLock:
         """Take the lock with a fresh token, then the next fencing token.
 
         :raises redis.exceptions.ConnectionError: (or ``TimeoutError``) if Redis cannot be
-            reached, or it cannot be told whether the lock was taken
+            reached, or it cannot be told whether the lock was taken; the token is then
+            remembered and voided once Redis answers
         """
-        token = uuid.uuid4().hex.encode()
-        if not await self._set_nx(self.key(name), token, ttl):
+        await self._settle_first()
+        key, token = self.key(name), self._new_token()
+        taken = await self._take(key, token, ttl)
+        if not taken.ours:
             return None
-        lock = _RedisPyLock(
-            self.client, self.key(name), timeout=ttl, blocking=False, thread_local=False
-        )
-        lock.local.token = token
         fence_key = f"{self.prefix}:fence:{name}"
         try:
             try:
-                fence = int(await self._next_fence(keys=[fence_key]))
+                fence = int(await self._script(_NEXT_FENCE)(keys=[fence_key]))
             except _UNSURE:  # it may have run: a retry at worst skips a token, never reuses one
-                fence = int(await self._next_fence(keys=[fence_key]))
+                fence = int(await self._script(_NEXT_FENCE)(keys=[fence_key]))
         except BaseException:
-            with contextlib.suppress(Exception):  # else it expires by its TTL
-                await lock.release()
+            self._remember(key, token, _px(ttl))
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_GIVE_BACK_SECONDS):
+                await self.settle()
             raise
-        return RedisLease(lock, name, fence)
+        lock = _RedisPyLock(self.client, key, timeout=ttl, blocking=False, thread_local=False)
+        lock.local.token = token
+        return RedisLease(self, lock, name, fence, replayable=taken.unsure)
 
     async def claim_fire(self, name: str, fire: datetime, *, ttl: float) -> bool:
+        await self._settle_first()
         epoch_ms = (fire - _EPOCH) // timedelta(milliseconds=1)
         key = f"{self.prefix}:fire:{name}:{epoch_ms}"
-        return await self._set_nx(key, uuid.uuid4().hex.encode(), ttl)
+        return (await self._take(key, self._new_token(), ttl)).ours
 
-    async def _set_nx(self, key: str, token: bytes, ttl: float) -> bool:
-        """``SET key token NX PX ttl``, resolving a lost reply by reading the key back.
+    async def holder(self, name: str) -> str | None:
+        """The owner named in the token that holds the lock of ``name`` now, if any."""
+        value = await self.client.get(self.key(name))
+        if value is None:
+            return None
+        text = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+        owner, sep, _ = text.rpartition("#")
+        return owner if sep else text
 
-        The client does not retry (see :func:`make_redis_client`): after a connection error
-        or timeout the ``SET`` may or may not have run. The key then holds our token (it
-        ran: ours), another token (someone else's), or nothing (it did not run, so sending
-        it again is safe). Each read or resend goes over a fresh connection.
+    async def settle(self) -> int:
+        """Void what commands with an unknown outcome may have taken; how many remain.
+
+        Stops at the first command that gets no answer (Redis is still away); never raises.
         """
-        px = max(1, int(ttl * 1000))
-        unsure = False  # a SET was sent and its outcome is unknown
-        last: Exception = RedisConnectionError(f"SET {key!r} was not attempted")
-        for _ in range(_ATTEMPTS):
+        for (key, token), px in list(self._pending.items()):
             try:
-                if not unsure:
-                    return bool(await self.client.set(key, token, nx=True, px=px))
-                holder = await self.client.get(key)
-            except _UNSURE as exc:
-                unsure, last = True, exc
-                continue
-            if holder is not None:
-                return bool(holder == token)
-            unsure = False  # it did not run: send it again
-        raise last
+                held = await self._void(key, token, px)
+            except _UNSURE:
+                break
+            except Exception:
+                logger.exception("could not void %r in Redis; will try again", key)
+                break
+            del self._pending[(key, token)]
+            level = logging.WARNING if held else logging.INFO
+            logger.log(
+                level,
+                "voided %r of %r, left by a command whose reply was lost (%s)",
+                key,
+                self.owner,
+                "it held the key until now" if held else "it held nothing",
+            )
+        return len(self._pending)
 
     @property
-    def _next_fence(self) -> AsyncScript:
-        if self._fence_script is None:
-            self._fence_script = self.client.register_script(_NEXT_FENCE)
-        return self._fence_script
+    def unsettled(self) -> int:
+        """How many commands with an unknown outcome wait for :meth:`settle`."""
+        return len(self._pending)
+
+    async def _settle_first(self) -> None:
+        if self._pending:
+            await self.settle()
+
+    def _new_token(self) -> bytes:
+        return f"{self.owner}#{uuid.uuid4().hex}".encode()
+
+    def _remember(self, key: str, token: bytes, px: int) -> None:
+        if (key, token) not in self._pending:
+            logger.warning(
+                "Redis did not answer whether a command on %r ran; voiding it once Redis answers",
+                key,
+            )
+        self._pending[(key, token)] = max(px, self._pending.get((key, token), 0))
+
+    async def _take(self, key: str, token: bytes, ttl: float) -> _Taken:
+        """Set ``key`` to ``token`` unless it holds another value or the token was voided.
+
+        Sending it again with the same token is safe: if an earlier attempt ran, the key
+        holds our token and the script says so. No read-back, so no race with a delayed
+        earlier attempt. If any attempt went unanswered and the key is not ours in the end,
+        the token is remembered: a delayed attempt could still take the key after this.
+        """
+        px = _px(ttl)
+        unsure = False
+        last: BaseException = RedisConnectionError(f"{key!r} was not attempted")
+        try:
+            for _ in range(_ATTEMPTS):
+                try:
+                    ours = await self._script(_TAKE)(
+                        keys=[key, self._void_key(token)], args=[token, px]
+                    )
+                except _UNSURE as exc:
+                    unsure, last = True, exc
+                    continue
+                if unsure and not ours:
+                    self._remember(key, token, px)
+                return _Taken(bool(ours), unsure)
+        except BaseException:  # cancelled mid-command: it may run all the same
+            self._remember(key, token, px)
+            raise
+        self._remember(key, token, px)
+        raise last
+
+    async def _void(self, key: str, token: bytes, marker_px: int) -> bool:
+        """Compare-and-delete ``key``; with ``marker_px``, also make the token void (a late
+        replay of a take with it then takes nothing). Whether it deleted our token."""
+        result = await self._script(_VOID)(
+            keys=[key, self._void_key(token)], args=[token, marker_px]
+        )
+        return bool(result)
+
+    def _void_key(self, token: bytes) -> str:
+        return f"{self.prefix}:void:{token.decode()}"
+
+    def _script(self, source: str) -> AsyncScript:
+        script = self._scripts.get(source)
+        if script is None:
+            script = self._scripts[source] = self.client.register_script(source)
+        return script
+
+
+class _Taken(NamedTuple):
+    ours: bool
+    unsure: bool  # an attempt went unanswered: a delayed copy of it may still run
+
+
+def _px(ttl: float) -> int:
+    return max(1, int(ttl * 1000))
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -187,18 +295,50 @@ end
 return redis.call('INCR', KEYS[1])
 """
 
+# SET NX PX that is safe to resend: 1 if the key holds this token (set now, or by an
+# earlier copy of this command), 0 if it holds another one or the token was voided.
+# KEYS: the key, the token's void marker; ARGV: the token, milliseconds to live.
+_TAKE = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then return 1 end
+if holder then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+# Compare-and-delete; with a marker lifetime > 0, first mark the token void.
+# KEYS: the key, the token's void marker; ARGV: the token, the marker's milliseconds (or 0).
+_VOID = """
+if tonumber(ARGV[2]) > 0 then redis.call('SET', KEYS[2], '1', 'PX', ARGV[2]) end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('DEL', KEYS[1])
+    return 1
+end
+return 0
+"""
+
 #: errors after which a command may or may not have run on the server
 _UNSURE = (RedisConnectionError, RedisTimeoutError)
 _ATTEMPTS = 3
+#: how long a cancelled acquire may spend giving back the lock it took (shielded)
+_GIVE_BACK_SECONDS = 2.0
 
 
 class RedisLease:
     """One acquisition of a :class:`RedisLock`: its own redis-py ``Lock`` and token."""
 
-    def __init__(self, lock: _RedisPyLock, name: str, fence: int) -> None:
+    def __init__(
+        self, owner: RedisLock, lock: _RedisPyLock, name: str, fence: int, *, replayable: bool
+    ) -> None:
+        self._owner = owner
         self._lock = lock
         self.name = name
         self._fence = fence
+        self._token: bytes = lock.local.token
+        # a delayed copy of the command that took the lock may still arrive: void the token
+        # when releasing, so that the copy cannot take the lock again afterwards
+        self._marker_px = _px(lock.timeout or 0) if replayable else 0
 
     def __repr__(self) -> str:
         return f"RedisLease(name={self.name!r}, fence={self._fence})"
@@ -206,6 +346,11 @@ class RedisLease:
     @property
     def fence(self) -> int:
         return self._fence
+
+    @property
+    def token(self) -> bytes:
+        """The value this acquisition wrote into the lock's key (``owner#random``)."""
+        return self._token
 
     async def extend(self) -> bool:
         """Reset the TTL, atomically checking that the token is still ours."""
@@ -218,25 +363,19 @@ class RedisLease:
     async def release(self) -> bool:
         """Compare-and-delete: deletes the key only if it still holds our token.
 
-        If the reply is lost (the client does not retry), the key is read back: still our
-        token, and the delete is sent again; anything else is reported as lost. That includes
-        the one case a read cannot tell apart, a delete that ran before its reply was lost: a
-        false alarm is preferred to missing a lock that a Redis restart took away.
+        If the reply is lost (the client does not retry), the delete is sent again; if that
+        finds the key gone, it is reported as lost: the first delete may have run, or a
+        Redis restart may have taken the lock away, and a false alarm is preferred to
+        missing the latter. If no attempt is answered, the token is left to
+        :meth:`RedisLock.settle`, and the error raised.
         """
-        token = self._lock.local.token
+        key = self._owner.key(self.name)
+        last: BaseException | None = None
         for _ in range(_ATTEMPTS):
             try:
-                await self._lock.release()
-            except LockError:
-                return False
-            except _UNSURE:
-                self._lock.local.token = token  # release() forgets it before sending
-                try:
-                    holder = await self._lock.redis.get(self._lock.name)
-                except _UNSURE:
-                    continue
-                if holder != token:
-                    return False
-                continue
-            return True
-        raise RedisConnectionError(f"could not release {self._lock.name!r}; it expires by TTL")
+                return await self._owner._void(key, self._token, self._marker_px)
+            except _UNSURE as exc:
+                last = exc
+        self._owner._remember(key, self._token, self._marker_px)
+        assert last is not None
+        raise last

@@ -16,10 +16,11 @@ import anyio
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from eventbus.backends.sql import UTCDateTime, make_engine
+from eventbus.backends.sql import make_engine
 
 from .._jobs import JobDefinition
 from .._records import RunRecord, RunStatus, abandoned_error
+from ._sql_schema import create_tables, jobs_table, metadata, runs_table
 
 __all__ = [
     "SqlJobStore",
@@ -31,46 +32,8 @@ __all__ = [
     "runs_table",
 ]
 
-
-metadata = sa.MetaData()
-
-runs_table = sa.Table(
-    "scheduler_runs",
-    metadata,
-    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("id", sa.String(32), nullable=False, unique=True),
-    sa.Column("task_name", sa.String(200), nullable=False),
-    sa.Column("trigger", sa.String(16), nullable=False),
-    sa.Column("status", sa.String(16), nullable=False),
-    sa.Column("scheduled_at", UTCDateTime, nullable=True),
-    sa.Column("started_at", UTCDateTime, nullable=False),
-    sa.Column("finished_at", UTCDateTime, nullable=True),
-    sa.Column("expires_at", UTCDateTime, nullable=True),
-    sa.Column("cursor", sa.Text, nullable=True),
-    sa.Column("error", sa.Text, nullable=True),
-    sa.Column("trace_id", sa.String(32), nullable=False),
-    sa.Column("replica", sa.String(200), nullable=False),
-    sa.Column("fence", sa.BigInteger, nullable=True),
-    sa.Column("lock_lost", sa.Boolean, nullable=False, default=False),
-    sa.Index("ix_scheduler_runs_task_seq", "task_name", "seq"),
-    sa.Index("ix_scheduler_runs_status", "status"),
-)
-
-jobs_table = sa.Table(
-    "scheduler_jobs",
-    metadata,
-    sa.Column("name", sa.String(200), primary_key=True),
-    sa.Column("expr", sa.String(200), nullable=False),
-    sa.Column("tz", sa.String(64), nullable=False, default="UTC"),
-    sa.Column("enabled", sa.Boolean, nullable=False, default=True),
-    sa.Column("payload", sa.Text, nullable=True),
-)
-
-
-async def create_tables(engine: AsyncEngine) -> None:
-    """Create the run and job tables if they do not exist."""
-    async with engine.begin() as conn:
-        await conn.run_sync(metadata.create_all, checkfirst=True)
+# Defined in _sql_schema; this module is its public home.
+create_tables.__module__ = __name__
 
 
 def _row_to_record(row: sa.Row[Any]) -> RunRecord:
@@ -90,6 +53,8 @@ def _row_to_record(row: sa.Row[Any]) -> RunRecord:
         replica=m["replica"],
         fence=m["fence"],
         lock_lost=bool(m["lock_lost"]),
+        result=None if m.get("result") is None else json.loads(m["result"]),
+        result_repr=bool(m.get("result_repr")),
     )
 
 
@@ -108,6 +73,8 @@ def _values(record: RunRecord) -> dict[str, Any]:
         "replica": record.replica,
         "fence": record.fence,
         "lock_lost": record.lock_lost,
+        "result": None if record.result is None else json.dumps(record.result),
+        "result_repr": record.result_repr,
     }
 
 
@@ -125,8 +92,7 @@ class SqlRunStore:
     def __init__(self, engine: AsyncEngine, *, create: bool = True) -> None:
         self.engine = engine
         self._owns_engine = False
-        self._ready = not create
-        self._create_lock: anyio.Lock | None = None
+        self._tables = _Tables(engine, create=create)
 
     @classmethod
     def from_url(cls, url: str | os.PathLike[str] | sa.URL, *, create: bool = True) -> SqlRunStore:
@@ -141,17 +107,7 @@ class SqlRunStore:
         return f"SqlRunStore({self.engine.url.render_as_string(hide_password=True)!r})"
 
     async def _begin(self) -> Any:
-        if not self._ready:
-            if self._create_lock is None:
-                self._create_lock = anyio.Lock()
-            async with self._create_lock:
-                if not self._ready:
-                    try:
-                        await create_tables(self.engine)
-                    except sa.exc.DBAPIError:
-                        # another process created them between check and create
-                        await create_tables(self.engine)
-                    self._ready = True
+        await self._tables.ready()
         return self.engine.begin()
 
     async def add(self, record: RunRecord) -> None:
@@ -213,10 +169,17 @@ class SqlRunStore:
                 count += result.rowcount
         return count
 
+    async def last_scheduled(self, task_name: str) -> datetime | None:
+        t = runs_table
+        query = sa.select(sa.func.max(t.c.scheduled_at)).where(t.c.task_name == task_name)
+        async with await self._begin() as conn:
+            value: datetime | None = (await conn.execute(query)).scalar()
+        return value
+
     async def get(self, run_id: str) -> RunRecord | None:
         async with await self._begin() as conn:
             row = (
-                await conn.execute(sa.select(runs_table).where(runs_table.c.id == run_id))
+                await conn.execute(self._tables.select(runs_table).where(runs_table.c.id == run_id))
             ).first()
         return None if row is None else _row_to_record(row)
 
@@ -228,7 +191,8 @@ class SqlRunStore:
         limit: int | None = 100,
     ) -> list[RunRecord]:
         t = runs_table
-        q = sa.select(t).order_by(t.c.seq.desc())
+        await self._tables.ready()  # which columns there are
+        q = self._tables.select(t).order_by(t.c.seq.desc())
         if task_name is not None:
             q = q.where(t.c.task_name == task_name)
         if status is not None:
@@ -245,16 +209,23 @@ class SqlRunStore:
 
 
 class SqlJobStore:
-    """Job definitions kept as rows (user reminders), loaded by ``Scheduler`` at start.
+    """Job definitions kept as rows (user reminders), loaded by ``Scheduler`` at start; the
+    paused state of each is kept in its row.
 
-    Ownership as :class:`SqlRunStore`: a given engine is never disposed.
+    Ownership as :class:`SqlRunStore`: a given engine is never disposed. Tables are created
+    (or given the columns they lack) on first use unless ``create=False``.
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, create: bool = True) -> None:
         self.engine = engine
+        self._tables = _Tables(engine, create=create)
 
     def __repr__(self) -> str:
         return f"SqlJobStore({self.engine.url.render_as_string(hide_password=True)!r})"
+
+    async def _begin(self) -> Any:
+        await self._tables.ready()
+        return self.engine.begin()
 
     async def put(self, definition: JobDefinition) -> None:
         """Insert or replace the definition of that name."""
@@ -263,8 +234,9 @@ class SqlJobStore:
             "tz": definition.tz,
             "enabled": definition.enabled,
             "payload": definition.payload,
+            "paused": definition.paused,
         }
-        async with self.engine.begin() as conn:
+        async with await self._begin() as conn:
             updated = await conn.execute(
                 jobs_table.update().where(jobs_table.c.name == definition.name).values(**values)
             )
@@ -272,17 +244,99 @@ class SqlJobStore:
                 await conn.execute(jobs_table.insert().values(name=definition.name, **values))
 
     async def delete(self, name: str) -> bool:
-        async with self.engine.begin() as conn:
+        async with await self._begin() as conn:
             result = await conn.execute(jobs_table.delete().where(jobs_table.c.name == name))
         return bool(result.rowcount)
 
     async def load(self) -> list[JobDefinition]:
         """Every definition, enabled or not, by name."""
-        async with self.engine.begin() as conn:
-            rows = (await conn.execute(sa.select(jobs_table).order_by(jobs_table.c.name))).all()
+        async with await self._begin() as conn:
+            query = self._tables.select(jobs_table).order_by(jobs_table.c.name)
+            rows = (await conn.execute(query)).all()
         return [
             JobDefinition(
-                name=r.name, expr=r.expr, tz=r.tz, enabled=bool(r.enabled), payload=r.payload
+                name=r.name,
+                expr=r.expr,
+                tz=r.tz,
+                enabled=bool(r.enabled),
+                payload=r.payload,
+                paused=bool(r._mapping.get("paused")),
             )
             for r in rows
         ]
+
+    async def set_paused(self, name: str, paused: bool) -> bool:
+        """Store the paused state of definition ``name``; whether it exists."""
+        async with await self._begin() as conn:
+            result = await conn.execute(
+                jobs_table.update().where(jobs_table.c.name == name).values(paused=paused)
+            )
+        return bool(result.rowcount)
+
+    async def is_paused(self, name: str) -> bool | None:
+        """The stored paused state of definition ``name``; ``None`` if there is none."""
+        query = sa.select(jobs_table.c.paused).where(jobs_table.c.name == name)
+        async with await self._begin() as conn:
+            row = (await conn.execute(query)).first()
+        return None if row is None else bool(row.paused)
+
+
+class _Tables:
+    """Creates (or migrates) the tables once, before a store's first statement.
+
+    A store told not to create them (``create=False``: a command-line reader) reads tables
+    of an older version as they are: the columns they lack read as their defaults.
+    """
+
+    def __init__(self, engine: AsyncEngine, *, create: bool) -> None:
+        self.engine = engine
+        self._create = create
+        self._ready = False
+        self._lock: anyio.Lock | None = None
+        self._missing: set[tuple[str, str]] = set()
+
+    def select(self, table: sa.Table) -> sa.Select[Any]:
+        """``SELECT`` of the columns of ``table`` that the database has."""
+        return sa.select(*(c for c in table.columns if (table.name, c.name) not in self._missing))
+
+    async def ready(self) -> None:
+        if self._ready:
+            return
+        if self._lock is None:
+            self._lock = anyio.Lock()
+        async with self._lock:
+            if not self._create:
+                if not self._ready:
+                    async with self.engine.connect() as conn:
+                        self._missing = await conn.run_sync(_missing_columns)
+                    self._ready = True
+                return
+            for attempt in range(1, _CREATE_ATTEMPTS + 1):
+                if self._ready:
+                    return
+                try:
+                    await create_tables(self.engine)
+                except sa.exc.DBAPIError:
+                    # another process created a table or column between our check and
+                    # create; the next attempt sees it
+                    if attempt == _CREATE_ATTEMPTS:
+                        raise
+                    await anyio.sleep(0.05 * attempt)
+                else:
+                    self._ready = True
+
+
+def _missing_columns(conn: sa.Connection) -> set[tuple[str, str]]:
+    """(table, column) pairs the existing tables lack (a table that is missing lacks none:
+    reading it fails with the database's own error)."""
+    inspector = sa.inspect(conn)
+    missing = set()
+    for table in metadata.sorted_tables:
+        if not inspector.has_table(table.name):
+            continue
+        present = {c["name"] for c in inspector.get_columns(table.name)}
+        missing |= {(table.name, c.name) for c in table.columns if c.name not in present}
+    return missing
+
+
+_CREATE_ATTEMPTS = 4

@@ -1,4 +1,5 @@
-"""Fixtures of the domain tests: a SQLite file per test and counter stores (memory and Redis).
+"""Fixtures of the domain tests: a SQLite file per test, counter stores (memory and Redis),
+and the web application (``web``, from the module's own ``config`` fixture) with a client.
 
 Each test module sets ``anyio_backend`` to ``"asyncio"`` itself (SQL and Redis are asyncio-only).
 """
@@ -6,8 +7,12 @@ Each test module sets ``anyio_backend`` to ``"asyncio"`` itself (SQL and Redis a
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
+import anyio
+import httpx
 import pytest
+from anyio import wait_all_tasks_blocked
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -15,6 +20,13 @@ from domain.abc import CounterStore
 from domain.backends.memory import MemoryCounterStore
 from domain.backends.redis import RedisCounterStore, connect
 from domain.db import create_tables
+from eventbus import EventBus
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+    from domain import App
+    from domain.web import WebConfig
 
 
 class FakeClock:
@@ -69,3 +81,38 @@ async def advance(store: CounterStore, clock: FakeClock, seconds: float) -> None
                 await store.redis.delete(key)
             else:
                 await store.redis.pexpire(key, left - ms)
+
+
+@pytest.fixture
+async def web(config: WebConfig) -> AsyncIterator[Starlette]:
+    """The app with its lifespan entered (httpx's ASGITransport does not run lifespans)."""
+    from domain.web import create_app
+
+    app = create_app(config)
+    with anyio.fail_after(10):
+        async with app.router.lifespan_context(app):
+            yield app
+
+
+@pytest.fixture
+async def client(web: Starlette) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=web, client=("203.0.113.7", 4711))
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+        yield c
+
+
+def domain_app(web: Starlette) -> App:
+    app: App = web.state.domain
+    return app
+
+
+async def settle(bus: EventBus) -> None:
+    """Wait until the bus's background listeners finished what the request queued.
+
+    A job handed to an idle worker is in neither counter until that worker runs, hence the
+    wait for every task to block first.
+    """
+    with anyio.fail_after(5):
+        await wait_all_tasks_blocked()
+        while (s := bus.statistics()).queued or s.in_flight:
+            await wait_all_tasks_blocked()

@@ -28,6 +28,9 @@ from domain.publishing import Publisher
 from domain.shortlinks import ShortLinks
 from domain.views import ArticleViews
 from eventbus import EventBus
+from tests.domain.test_shortlinks import (
+    test_a_string_that_cannot_be_a_code_is_a_miss as test_a_string_that_cannot_be_a_code_is_a_miss,
+)  # collected here again: the same cases on PostgreSQL (this module's ``engine``)
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
 N_ARTICLES = 20

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -60,6 +61,10 @@ def test_codes_are_six_base62_characters_drawn_without_bias() -> None:
         pytest.param("HTTPS://Example.COM/Path", id="upper-scheme"),
         pytest.param("https://[::1]/x", id="ipv6"),
         pytest.param("http://127.0.0.1:8000/", id="ipv4"),
+        pytest.param("http://10.0.0.255./", id="ipv4-trailing-dot"),
+        pytest.param("http://0.0.0.0/", id="ipv4-zeros"),
+        pytest.param("https://123abc.example/x", id="label-starting-with-digits"),
+        pytest.param("https://example.0xg/", id="last-label-not-a-number"),
         pytest.param("https://xn--bcher-kva.example/", id="idna-a-label"),
         pytest.param("https://my_host.example.com./", id="underscore-trailing-dot"),
         pytest.param("https://example.com/caf\u00e9?q=\u00fc", id="non-ascii-path"),
@@ -111,6 +116,39 @@ def test_refused_urls_name_the_reason(url: str, reason: str) -> None:
     """Regression test (rows from ``userinfo`` on): userinfo, backslashes, invisible characters
     and non-ASCII or odd hosts were accepted, so a link could show one host and go to another."""
     with pytest.raises(InvalidUrlError, match=reason):
+        validate_url(url)
+
+
+HIDDEN = "which hides where the link goes; write it as"
+NOT_AN_ADDRESS = "ends in a number, so browsers read it as an IPv4 address, and it is not one"
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        pytest.param("http://2130706433/", f"127.0.0.1 as one decimal number, {HIDDEN} 127.0.0.1",
+                     id="decimal"),
+        pytest.param("http://0177.0.0.1/", f"127.0.0.1 in octal, {HIDDEN} 127.0.0.1", id="octal"),
+        pytest.param("http://0x7f.0.0.1/", f"127.0.0.1 in hexadecimal, {HIDDEN}", id="hex"),
+        pytest.param("http://0X7F000001/", "127.0.0.1 as one hexadecimal number", id="hex-whole"),
+        pytest.param("http://127.1/", f"127.0.0.1 in 2 parts, {HIDDEN} 127.0.0.1", id="short"),
+        pytest.param("http://10.1.256/", "10.1.1.0 in 3 parts", id="short-3-parts"),
+        pytest.param("http://0x7f.1/", "127.0.0.1 in hexadecimal and 2 parts", id="mixed"),
+        pytest.param("http://127.0.0.01/", "127.0.0.1 in octal", id="octal-last"),
+        pytest.param("http://0x/", "0.0.0.0 as one hexadecimal number", id="bare-0x"),
+        pytest.param("http://256.0.0.1/", NOT_AN_ADDRESS, id="octet-over-255"),
+        pytest.param("http://1.2.3.4.5/", NOT_AN_ADDRESS, id="five-parts"),
+        pytest.param("http://1.2.3.08/", NOT_AN_ADDRESS, id="bad-octal"),
+        pytest.param("http://example.123/", NOT_AN_ADDRESS, id="name-ending-in-a-number"),
+        pytest.param("http://4294967296/", NOT_AN_ADDRESS, id="over-32-bits"),
+    ],
+)  # fmt: skip
+def test_hosts_that_browsers_read_as_another_ipv4_address_are_refused(
+    url: str, reason: str
+) -> None:
+    """Regression test: numeric IPv4 forms other than dotted decimal were accepted, so a link
+    to ``http://2130706433/`` went to 127.0.0.1 without showing it."""
+    with pytest.raises(InvalidUrlError, match=re.escape(reason)):
         validate_url(url)
 
 
@@ -238,6 +276,30 @@ async def test_resolve_unknown_and_expired_codes(engine: AsyncEngine) -> None:
     assert (expired.status, expired.reason) == (404, "expired")
     async with engine.connect() as conn:  # expiry is a field: the row is still there
         assert await conn.scalar(select(func.count()).select_from(short_links)) == 1
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        pytest.param("ab\x00cd", id="nul"),
+        pytest.param("\ud800abc", id="lone-surrogate"),
+        pytest.param("abc\udcff", id="trailing-surrogate"),
+        pytest.param("ab cd", id="space"),
+        pytest.param("docs\n", id="trailing-newline"),
+        pytest.param("caf\u00e9", id="non-ascii"),
+        pytest.param("", id="empty"),
+        pytest.param("a" * 65, id="too-long"),
+    ],
+)
+async def test_a_string_that_cannot_be_a_code_is_a_miss(engine: AsyncEngine, code: str) -> None:
+    """Regression test: a lone surrogate raised on SQLite and PostgreSQL, and a NUL raised on
+    PostgreSQL (``tests/domain/test_postgres.py`` runs this test there), instead of a 404."""
+    links = ShortLinks(engine)
+    await links.create("https://example.com/", alias="docs")
+    with anyio.fail_after(5):
+        missing = await links.resolve(code)
+    assert (missing.status, missing.reason, missing.url) == (404, "unknown", None)
+    assert (await links.resolve("docs")).url == "https://example.com/"
 
 
 async def test_visits_emit_and_clicks_are_flushed_to_sql(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -17,12 +16,13 @@ from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
 
-from domain import AdminTokenError, App
+from domain import AdminTokenError
 from domain.db import articles
 from domain.events import ArticleViewed, OrderPaid, ShortlinkVisited
 from domain.web import WebConfig, create_app
-from eventbus import Event, EventBus
+from eventbus import Event
 from eventbus.testing import RecordingListener, capture_failures
+from tests.domain.conftest import domain_app, settle
 
 TOKEN = "s3cret-admin-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -38,39 +38,6 @@ def config(tmp_path: Path) -> WebConfig:
     return WebConfig(
         db=tmp_path / "web.db", admin_token=TOKEN, app_options={"refill_watermark": 20}
     )
-
-
-@pytest.fixture
-async def web(config: WebConfig) -> AsyncIterator[Starlette]:
-    """The app with its lifespan entered (httpx's ASGITransport does not run lifespans)."""
-    app = create_app(config)
-    with anyio.fail_after(10):
-        async with app.router.lifespan_context(app):
-            yield app
-
-
-@pytest.fixture
-async def client(web: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=web, client=("203.0.113.7", 4711))
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
-        yield c
-
-
-def domain_app(web: Starlette) -> App:
-    app: App = web.state.domain
-    return app
-
-
-async def settle(bus: EventBus) -> None:
-    """Wait until the bus's background listeners finished what the request queued.
-
-    A job handed to an idle worker is in neither counter until that worker runs, hence the
-    wait for every task to block first.
-    """
-    with anyio.fail_after(5):
-        await wait_all_tasks_blocked()
-        while (s := bus.statistics()).queued or s.in_flight:
-            await wait_all_tasks_blocked()
 
 
 # -- lifespan and health -------------------------------------------------------------------------
@@ -112,6 +79,8 @@ async def test_lifespan_starts_the_domain_and_drains_it_on_shutdown(config: WebC
     assert body["status"] == "ok"
     assert body["bus"]["running"] is True
     assert body["scheduler"]["jobs"] == 4
+    no_loss = {"buffered": 0, "lost": 0, "store_losses": 0, "lost_in_store": 0}
+    assert body["counters"] == {"views": no_loss, "clicks": no_loss}
     assert not running.bus.running
     assert not hasattr(app.state, "domain")
     assert sorted(effects) == [1, 2, 3]
@@ -209,10 +178,37 @@ async def test_a_body_that_is_not_json_is_a_json_error(client: httpx.AsyncClient
     assert r.json()["detail"].startswith("the body is not JSON")
 
 
-async def test_an_oversized_body_is_refused(client: httpx.AsyncClient) -> None:
-    r = await client.post("/links", json={"url": "https://example.com/" + "a" * 20_000})
-    assert r.status_code == 400
+@pytest.mark.parametrize(
+    "path", [pytest.param("/links", id="links"), pytest.param("/orders/1/pay", id="orders")]
+)
+async def test_an_oversized_body_is_413(client: httpx.AsyncClient, path: str) -> None:
+    """Regression test: an oversized body was a 400, not 413 Content Too Large."""
+    r = await client.post(path, json={"url": "https://example.com/" + "a" * 20_000})
+    assert (r.status_code, r.json()["error"]) == (413, "payload_too_large")
     assert r.json()["detail"] == "the body is over 16384 bytes; send a smaller JSON object"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "detail"),
+    [
+        pytest.param("GET", "/no/such/page", 404, "no route for GET /no/such/page", id="404"),
+        pytest.param("DELETE", "/links", 405, "DELETE is not allowed on /links; use POST",
+                     id="405"),
+        pytest.param("POST", "/healthz", 405, "POST is not allowed on /healthz; use GET",
+                     id="405-get-only"),
+    ],
+)  # fmt: skip
+async def test_routing_errors_are_json_like_every_other_error(
+    client: httpx.AsyncClient, method: str, path: str, status: int, detail: str
+) -> None:
+    """Regression test: the router's own 404 and 405 were plain text."""
+    r = await client.request(method, path)
+    assert r.status_code == status
+    assert r.headers["content-type"] == "application/json"
+    error = {404: "not_found", 405: "method_not_allowed"}[status]
+    assert r.json() == {"error": error, "detail": detail}
+    if status == 405:
+        assert detail.rsplit(" ", 1)[1] in r.headers["allow"]
 
 
 async def test_unknown_and_expired_codes_are_404(web: Starlette, client: httpx.AsyncClient) -> None:
@@ -376,6 +372,27 @@ async def test_a_bad_payment_is_400_and_emits_nothing(
     assert paid.count == 0
 
 
+@pytest.mark.parametrize(
+    ("amount", "detail"),
+    [
+        pytest.param(19.9, "'amount' 19.9 is a JSON number with a fraction, which is not exact; "
+                     'send a decimal string such as "19.90", or an integer', id="float"),
+        pytest.param(None, "'amount' is required: a decimal string such as \"19.90\", or an "
+                     "integer", id="missing"),
+        pytest.param([1], "'amount' must be a decimal string such as \"19.90\", or an integer, "
+                     "not a list", id="list"),
+    ],
+)  # fmt: skip
+async def test_a_bad_amount_says_which_forms_are_accepted(
+    client: httpx.AsyncClient, amount: object, detail: str
+) -> None:
+    """Regression test: a JSON float amount was reported as "required"."""
+    body = {"user_id": 1} if amount is None else {"user_id": 1, "amount": amount}
+    r = await client.post("/orders/7/pay", json=body)
+    assert r.status_code == 400
+    assert r.json() == {"error": "bad_request", "detail": detail}
+
+
 async def test_an_order_id_beyond_64_bits_is_400(web: Starlette, client: httpx.AsyncClient) -> None:
     """Regression test: an order id of 30 digits was accepted (202) into ``order.paid``."""
     paid = RecordingListener()
@@ -424,6 +441,8 @@ async def test_admin_routes_do_not_exist_without_a_token(tmp_path: Path, token: 
             run = await c.post("/admin/tasks/flush_views/run")
     assert failures.status_code == 404  # /{code} is GET-only and 'admin' is no code
     assert run.status_code in (404, 405)
+    assert failures.json()["error"] == "not_found"
+    assert run.json()["error"] in ("not_found", "method_not_allowed")
 
 
 @pytest.mark.parametrize(
@@ -480,6 +499,31 @@ async def test_a_failing_listener_leaves_the_payer_unharmed_and_shows_in_admin_f
     assert row["status"] == "pending"
     bad = await client.get("/admin/failures", params={"limit": "0"}, headers=AUTH)
     assert bad.status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("params", "detail"),
+    [
+        pytest.param({"limit": "abc"}, "'limit' must be an integer from 1 to 500, not 'abc'",
+                     id="limit-text"),
+        pytest.param({"limit": "0"}, "'limit' must be an integer from 1 to 500, not '0'",
+                     id="limit-0"),
+        pytest.param({"limit": "1e3"}, "'limit' must be an integer from 1 to 500, not '1e3'",
+                     id="limit-float"),
+        pytest.param({"limit": "9" * 5000}, f"'limit' must be an integer from 1 to 500, not "
+                     f"{'9' * 5000!r}", id="limit-5000-digits"),
+        pytest.param({"status": "lost"},
+                     "'status' must be one of 'pending', 'resolved', 'dead', not 'lost'",
+                     id="status"),
+    ],
+)  # fmt: skip
+async def test_bad_admin_query_parameters_are_named(
+    client: httpx.AsyncClient, params: dict[str, str], detail: str
+) -> None:
+    """Regression test: ``limit=abc`` answered with Python's ``int()`` message."""
+    r = await client.get("/admin/failures", params=params, headers=AUTH)
+    assert r.status_code == 400
+    assert r.json() == {"error": "bad_request", "detail": detail}
 
 
 async def test_admin_runs_a_task_now(web: Starlette, client: httpx.AsyncClient) -> None:

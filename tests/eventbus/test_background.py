@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextvars
+
 import anyio
 import pytest
 import trio.testing
@@ -219,3 +221,34 @@ async def test_aclose_stops_like_leaving_the_block(
     ]
     await bus.aclose()  # idempotent
     assert len(await store.query()) == 2
+
+
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+
+
+async def test_background_listeners_run_in_the_publishers_context_taken_at_emit_time(
+    bus: EventBus,
+) -> None:
+    """Regression test: workers ran every call in their own context, so a request id set
+    before emit() was the default inside the listener."""
+    seen: list[str] = []
+    done = anyio.Event()
+
+    async def listener(e: OrderPaid) -> None:
+        await anyio.lowlevel.checkpoint()
+        seen.append(request_id.get())
+        request_id.set("set by the listener")  # stays in this call's copy
+        if len(seen) == 2:
+            done.set()
+
+    bus.on(OrderPaid, listener)
+    async with bus:
+        token = request_id.set("req-1")
+        bus.emit(PAID)
+        request_id.set("req-2")
+        bus.emit(PAID)
+        request_id.reset(token)
+        with anyio.fail_after(5):
+            await done.wait()
+        assert request_id.get() == "-"
+    assert sorted(seen) == ["req-1", "req-2"]  # two workers: in either order

@@ -30,15 +30,16 @@ SHIPPED = OrderShipped(order_id=1)
 
 
 def count_plan_builds(bus: EventBus) -> list[type[Event]]:
-    """Record each dispatch plan the bus builds (by wrapping its builder on this instance)."""
+    """Record each dispatch plan the bus builds (by wrapping its table's builder; private)."""
     builds: list[type[Event]] = []
-    build = bus._build_plan
+    table = bus._table
+    build = table._build
 
     def counting(cls: type[Event]) -> Any:
         builds.append(cls)
         return build(cls)
 
-    bus._build_plan = counting  # type: ignore[method-assign]
+    table._build = counting  # type: ignore[method-assign]
     return builds
 
 

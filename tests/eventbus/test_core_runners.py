@@ -1,8 +1,9 @@
 """emit_async's three ways of running async listeners keep the same rules.
 
-One async listener runs in the publisher's task; two or more run in ``asyncio.TaskGroup`` on
-asyncio and in an anyio task group on trio. Each test runs with one and with three listeners, on
-both backends (the ``anyio_backend`` fixture), so every runner meets every rule.
+One async listener runs in the publisher's task; two or more run as asyncio tasks joined under
+a task group's rules on asyncio, and in an anyio task group on trio. Each test runs with one
+and with three listeners, on both backends (the ``anyio_backend`` fixture), so every runner
+meets every rule.
 """
 
 from __future__ import annotations
@@ -166,3 +167,31 @@ async def test_outcomes_keep_subscription_order_with_sync_listeners_between(
     expected = [name for i in range(count) for name in (f"async{i}", f"sync{i}")]
     assert [o.listener for o in outs] == expected
     assert [o.value for o in outs] == expected
+
+
+@runners
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # trio: no Cancelled without a scope
+async def test_a_listener_raising_a_cancellation_itself_is_its_outcome(
+    bus: EventBus, store: MemoryFailureStore, count: int
+) -> None:
+    """Not the publisher's cancellation: recorded, returned, and the others still run."""
+    import asyncio
+
+    def make(i: int) -> Callable[[Event], Awaitable[object]]:
+        async def listener(e: Event) -> str:
+            await checkpoint()
+            if i == 0:
+                fut = asyncio.get_running_loop().create_future()
+                fut.cancel()
+                await fut  # raises CancelledError, not ours
+            return f"ok{i}"
+
+        return listener
+
+    subscribe(bus, count, make)
+    with anyio.fail_after(5):
+        outcomes = await bus.emit_async(PAID)
+    assert isinstance(outcomes[0].error, asyncio.CancelledError)
+    assert outcomes[0].failure is not None
+    assert [o.value for o in outcomes[1:]] == [f"ok{i}" for i in range(1, count)]
+    assert [r.listener for r in await store.query()] == ["listener0"]

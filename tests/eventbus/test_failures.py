@@ -100,6 +100,35 @@ async def test_capture_logs_at_error_with_event_and_listener(
     assert log.exc_info is not None and isinstance(log.exc_info[1], ValueError)
 
 
+async def test_a_failure_storm_logs_a_few_lines_per_listener_and_error_and_counts_the_rest(
+    store: MemoryFailureStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """20,000 failures: a few hundred log lines at most, the store keeps every record, and the
+    suppressed lines are counted in summaries (the last ones when the bus closes)."""
+    bus = EventBus(reg, store)
+    flip = iter(range(10**6))
+
+    def alternating(e: Event) -> None:
+        raise (KeyError if next(flip) % 2 else ValueError)("alternating")
+
+    bus.on(OrderPaid, explode)
+    bus.on(OrderPaid, bad_type)
+    bus.on(OrderPaid, alternating)
+    bus.on(OrderPaid, explode, name="explode-again")
+    with caplog.at_level(logging.ERROR, logger="eventbus"):
+        async with bus:
+            for _ in range(5_000):
+                bus.emit(PAID)
+    lines = [r.getMessage() for r in caplog.records if r.name == "eventbus"]
+    failed_lines = [m for m in lines if " failed for 'order.paid'" in m]
+    summaries = [m for m in lines if "suppressed" in m]
+    assert len(lines) <= 300
+    assert len(failed_lines) == 5 * 5  # 5 (listener, error type) pairs, 5 lines each
+    suppressed = sum(int(m.split()[0]) for m in summaries)
+    assert len(failed_lines) + suppressed == 20_000  # every failure: logged or counted
+    assert len(store) == bus.statistics().failures == 20_000
+
+
 async def test_propagate_raises_a_group_of_one_after_every_listener_ran(
     store: MemoryFailureStore, rec: Recorder
 ) -> None:

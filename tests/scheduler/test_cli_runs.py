@@ -24,6 +24,7 @@ sched = Scheduler(runs=SqlRunStore.from_url({db!r}))
 @sched.interval(seconds=3600, name="report")
 async def report(run):
     await run.checkpoint(7)
+    return dict(rows=3)
 
 @sched.interval(seconds=3600, name="broken")
 async def broken(run):
@@ -70,6 +71,7 @@ def test_trigger_runs_the_job_and_runs_lists_it(
         "fence",
         "replica",
         "trace",
+        "result",
         "error",
     ]
     assert [line.split()[1:4] for line in lines[1:]] == [
@@ -77,6 +79,7 @@ def test_trigger_runs_the_job_and_runs_lists_it(
         ["report", "manual", "succeeded"],
     ]
     assert lines[1].endswith("ValueError: boom")
+    assert lines[2].endswith('{"rows": 3}')  # the job's result
     assert main(["runs", "--db", app, "--status", "succeeded", "--task", "report"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2
 
@@ -158,7 +161,7 @@ def test_help_texts_show_no_restructuredtext_markup() -> None:
     from tests.eventbus.test_cli_helpers import all_help_texts
 
     texts = all_help_texts(build_parser())
-    assert len(texts) == 4  # the program and its three commands
+    assert len(texts) == 7  # the program and its six commands
     for text in texts:
         assert "``" not in text and not re.search(r":[a-z]+:`", text), text
 

@@ -90,4 +90,20 @@ async def test_local_lock_expires_by_its_clock() -> None:
     other = await lock.acquire("job", ttl=10)
     assert other is not None
     assert await lease.release() is False
-    assert lock.holder("job") is not None
+    assert await lock.holder("job") is not None
+
+
+async def test_holder_names_the_owner_written_into_the_token(
+    request: pytest.FixtureRequest,
+) -> None:
+    client = make_redis_client(request.getfixturevalue("redis_url"))
+    try:
+        for lock in (LocalLock(owner="replica-a"), RedisLock(client, owner="replica-a")):
+            assert await lock.holder("job") is None
+            lease = await lock.acquire("job", ttl=30)
+            assert lease is not None
+            assert await lock.holder("job") == "replica-a"
+            await lease.release()
+            assert await lock.holder("job") is None
+    finally:
+        await client.aclose()

@@ -298,7 +298,7 @@ async def test_a_run_longer_than_its_lock_ttl_keeps_it_only_with_renew(
     async def long(run: RunContext) -> None:
         for _ in range(10):  # 100 s of virtual work, more than three TTLs
             await clock.sleep(10)
-            held.append(lock.holder("long") is not None)
+            held.append(await lock.holder("long") is not None)
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:

@@ -109,7 +109,7 @@ async def test_a_job_removed_while_its_lock_was_taken_does_not_run_and_frees_the
     assert ran == []
     [rec] = await runs.query()
     assert (rec.status, (rec.error or "").split(":")[0]) == ("skipped", "removed")
-    assert lock.holder("job") is None
+    assert await lock.holder("job") is None
 
 
 # -- 3. a renewing run stops before its lock can expire --------------------------------------

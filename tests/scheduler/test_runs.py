@@ -73,6 +73,31 @@ async def test_add_update_get_round_trip_every_field(store: RunStore) -> None:
     assert await store.get("nope") is None
 
 
+async def test_results_round_trip_with_their_repr_flag(store: RunStore) -> None:
+    await store.add(record(1))
+    await store.update(record(1, status="succeeded", result={"rows": [1, 2], "ok": True}))
+    await store.add(record(2, status="succeeded", result="<Opaque 7>", result_repr=True))
+    await store.add(record(3, status="succeeded", result="9.90"))
+    got = {r.id: (r.result, r.result_repr) for r in await store.query()}
+    assert got == {
+        "run1": ({"rows": [1, 2], "ok": True}, False),
+        "run2": ("<Opaque 7>", True),
+        "run3": ("9.90", False),
+    }
+
+
+async def test_last_scheduled_is_the_latest_fire_of_the_task_whatever_its_status(
+    store: RunStore,
+) -> None:
+    assert await store.last_scheduled("job") is None
+    await store.add(record(3, status="skipped"))
+    await store.add(record(1, status="succeeded"))  # recorded later, scheduled earlier
+    await store.add(record(2, scheduled_at=None, trigger="manual"))
+    await store.add(record(9, task_name="other"))
+    assert await store.last_scheduled("job") == T0 + timedelta(minutes=3)
+    assert await store.last_scheduled("other") == T0 + timedelta(minutes=9)
+
+
 async def test_query_is_newest_first_and_filters(store: RunStore) -> None:
     await store.add(record(1, status="succeeded"))
     await store.add(record(2, status="skipped"))

@@ -45,6 +45,10 @@ async def engine(postgres_url: str) -> AsyncIterator[AsyncEngine]:
 
 test_add_update_get_round_trip_every_field = suite.test_add_update_get_round_trip_every_field
 test_query_is_newest_first_and_filters = suite.test_query_is_newest_first_and_filters
+test_results_round_trip_with_their_repr_flag = suite.test_results_round_trip_with_their_repr_flag
+test_last_scheduled_is_the_latest_fire_of_the_task_whatever_its_status = (
+    suite.test_last_scheduled_is_the_latest_fire_of_the_task_whatever_its_status
+)
 test_resume_cursor_comes_from_a_failed_or_abandoned_last_run = (
     suite.test_resume_cursor_comes_from_a_failed_or_abandoned_last_run
 )
@@ -68,6 +72,9 @@ test_job_table_put_replaces_and_delete_removes = (
     jobs_suite.test_job_table_put_replaces_and_delete_removes
 )
 test_loaded_job_fires_in_its_time_zone = jobs_suite.test_loaded_job_fires_in_its_time_zone
+test_a_paused_table_job_is_skipped_by_every_replica_and_after_a_restart = (
+    jobs_suite.test_a_paused_table_job_is_skipped_by_every_replica_and_after_a_restart
+)
 
 
 async def test_replicas_racing_to_abandon_stale_runs_count_each_run_once(

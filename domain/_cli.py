@@ -1,0 +1,224 @@
+"""Command-line plumbing of ``python -m domain`` and ``python -m domain.web``.
+
+Errors a user can fix are one ``error: ...`` line on stderr, never a traceback, with the exit
+codes of the ``eventbus`` and ``scheduler`` CLIs: 1 when a server or file named by good input
+fails (Redis unreachable, a database that cannot be opened), 2 for bad input (argparse's own
+convention). A URL is echoed with its password masked. ``--db`` is a SQLAlchemy URL or a
+SQLite file path, read in one place (:func:`domain.app.database_url`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import make_url
+
+from .app import database_url
+from .exceptions import AdminTokenError
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_USAGE",
+    "InputError",
+    "check_reachable",
+    "check_redis_url",
+    "check_sqlite_dir",
+    "mask_url",
+    "port",
+    "run_cli",
+    "serve",
+]
+
+logger = logging.getLogger("domain.web")
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+_UNUSABLE_DB = (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, sa_exc.InvalidRequestError)
+
+
+class InputError(Exception):
+    """Bad input found after argparse: one line, exit code 2."""
+
+
+def mask_url(url: str) -> str:
+    """*url* with its password replaced by ``***`` (any scheme: SQL, Redis)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except sa_exc.ArgumentError:  # not URL-shaped: mask what looks like user:password@
+        return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", url)
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: first line`` of an error; for SQLAlchemy's wrappers, the driver's own error."""
+    orig = getattr(exc, "orig", None)
+    error = orig if isinstance(orig, BaseException) else exc
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+def check_redis_url(url: str) -> None:
+    """:raises InputError: if *url* is not a ``redis://``, ``rediss://`` or ``unix://`` URL"""
+    from redis.connection import parse_url
+
+    try:
+        parse_url(url)  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        raise InputError(f"--redis {mask_url(url)!r} is not a Redis URL: {exc}") from None
+
+
+def check_sqlite_dir(db: str | Path) -> None:
+    """:raises InputError: if *db* is a SQLite file in a directory that does not exist
+
+    Checked before connecting: aiosqlite reports a failed open from its worker thread after
+    the event loop may have closed, as a traceback of its own.
+    """
+    url = make_url(database_url(db))
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        folder = Path(url.database or "").parent
+        if not folder.is_dir():
+            raise InputError(
+                f"--db {mask_url(str(db))!r}: the directory {str(folder)!r} does not exist; "
+                "create it first"
+            )
+
+
+async def check_reachable(db: str | Path, redis_url: str | None) -> None:
+    """Open the database and ping Redis, so that a bad ``--db`` or ``--redis`` fails in one
+    line before a server starts (an error in an ASGI lifespan is printed as a traceback)."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from .backends.redis import connect
+
+    engine = create_async_engine(database_url(db))
+    try:
+        async with engine.connect():
+            pass
+    finally:
+        await engine.dispose()
+    if redis_url is not None:
+        client = connect(redis_url)
+        try:
+            await client.ping()
+        finally:
+            await client.aclose()
+
+
+def port(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a port (0 to 65535)")
+    return value
+
+
+def run_cli(body: Callable[[], int], *, db: str | Path | None, redis_url: str | None) -> int:
+    """Run *body*; the errors a user can fix become one ``error:`` line and an exit code.
+
+    *db* and *redis_url* (as given) name what failed, with their passwords masked.
+    """
+    from redis.exceptions import RedisError
+
+    try:
+        try:
+            return body()
+        except BaseExceptionGroup as group:  # one error from a task group: report it alone
+            raise _sole_leaf(group) from None
+    except (InputError, AdminTokenError) as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except RedisError as exc:
+        where = "Redis" if redis_url is None else f"Redis at {mask_url(redis_url)}"
+        return _fail(f"{where} failed: {one_line(exc)}", EXIT_FAILED)
+    except _UNUSABLE_DB as exc:
+        return _fail(f"--db {_masked_db(db)!r} cannot be used: {one_line(exc)}", EXIT_USAGE)
+    except (sa_exc.SQLAlchemyError, OSError) as exc:
+        name = "" if db is None else f" {mask_url(database_url(db))}"
+        return _fail(f"the database{name} failed: {one_line(exc)}", EXIT_FAILED)
+    except KeyboardInterrupt:  # before the demo's own handler is in place: quietly
+        return 128 + 2
+
+
+def serve(argv: list[str] | None = None, *, overrides: dict[str, Any] | None = None) -> int:
+    """``python -m domain.web``: serve the application with uvicorn (loopback by default).
+
+    The configuration, the database and Redis are checked first, so that their errors are
+    one line (an error in the lifespan, under uvicorn, is a traceback). *overrides* go to
+    :meth:`WebConfig.from_env` (the web demo sets its console token and seed this way).
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m domain.web",
+        description="Serve the domain web application with uvicorn; EVENTBUS_ADMIN_TOKEN "
+        "enables the /admin routes.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="interface (default: loopback)")
+    parser.add_argument("--port", type=port, default=8000, help="TCP port (default: 8000)")
+    parser.add_argument(
+        "--db", metavar="PATH|URL", help="SQLite file or SQLAlchemy URL (default: $EVENTBUS_WEB_DB)"
+    )
+    parser.add_argument("--redis", metavar="URL", help="counters and locks in Redis at URL")
+    args = parser.parse_args(argv)
+    db = args.db or os.environ.get("EVENTBUS_WEB_DB")  # what WebConfig.from_env reads: named
+    redis_url = args.redis or os.environ.get("EVENTBUS_REDIS_URL") or None  # in an error
+    serving = functools.partial(_serve, args, dict(overrides or {}))
+    return run_cli(serving, db=db, redis_url=redis_url)
+
+
+def _serve(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
+    import anyio
+    import uvicorn
+
+    from eventbus.console import LoginSecretError
+
+    from .web import WebConfig, create_app
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+    )
+    if args.db is not None:
+        overrides["db"] = args.db
+    if args.redis is not None:
+        overrides["redis_url"] = args.redis
+    config = WebConfig.from_env(**overrides)
+    check_sqlite_dir(config.db)
+    if config.redis_url is not None:
+        check_redis_url(config.redis_url)
+    anyio.run(check_reachable, config.db, config.redis_url, backend="asyncio")
+    if not config.admin_enabled:
+        logger.warning("EVENTBUS_ADMIN_TOKEN is not set: the /admin routes are disabled")
+    try:
+        web = create_app(config)
+    except LoginSecretError as exc:
+        raise InputError(f"EVENTBUS_CONSOLE_TOKEN: {exc}") from None
+    if config.console_token is None:
+        logger.warning("EVENTBUS_CONSOLE_TOKEN is not set: the /ops console is disabled")
+    else:
+        logger.info("the operator console is at http://%s:%d/ops", args.host, args.port)
+    uvicorn.run(web, host=args.host, port=args.port, log_level="info")
+    return 0
+
+
+def _sole_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _masked_db(db: str | Path | None) -> str:
+    return "" if db is None else mask_url(str(db))
+
+
+def _fail(message: str, code: int) -> int:
+    sys.stderr.write(f"error: {message}\n")
+    return code

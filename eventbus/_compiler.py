@@ -1,0 +1,272 @@
+"""Compiled dispatch: one function per event type that calls its listeners in order.
+
+A :class:`~eventbus._table.Plan` says which listeners an event type reaches. :func:`compile_plan`
+turns it into the function ``emit()`` calls: straight-line Python source with one ``try`` per
+listener, generated and compiled as ``dataclasses`` generates ``__init__``, so that ten
+listeners cost ten calls and little else. What a listener needs beyond a plain call (``once``,
+``retries``, the ``propagate`` policy, being async and queued) is written out for that listener
+alone, so the common case carries none of it. A plan of exactly one plain sync listener compiles
+to the listener itself: ``emit()`` calls it inside its own ``try`` (one call fewer), and records
+its failure.
+
+The source is registered with :mod:`linecache` under a name such as
+``<eventbus: emit('order.paid') 3f2a9c1e>``, so tracebacks through it show its lines. Print it
+with ``bus._dispatch_source(OrderPaid)``. Measured against the alternatives (a closure looping
+over a tuple, a chain of nested closures), generated source is the fastest by far, and reads
+best in a traceback.
+
+Room for what comes next: a per-listener call limit is a step like ``once``'s, written only for
+the listeners that have one; a causality context variable or instrumentation hooks are lines
+around the calls, written only when the bus has them switched on (a lone listener then gets a
+generated function too), so a bus without them runs exactly the code it runs today. Call order
+is the table's business: plans arrive ordered.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import inspect
+import linecache
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from ._calls import Emission, add_note_once, call_sync
+from ._events import Event
+from ._exceptions import BusNotRunningError, ListenerErrors
+from ._failures import new_event_id
+from ._listeners import ErrorPolicy, Listener
+from ._nesting import Nesting
+from ._sink import FailureSink, awaitable_error
+from ._table import ListenerTable, Plan
+
+__all__ = ["Compiled", "DispatchCache", "Dispatcher", "Runtime", "compile_plan"]
+
+Dispatcher = Callable[[Any], object]  # called with an Event only; Any keeps emit() free of casts
+
+#: Generated sources kept in linecache (oldest dropped first): a traceback rendered after its
+#: source was dropped shows no source line for that frame.
+MAX_SOURCES = 1000
+_sources: collections.OrderedDict[str, None] = collections.OrderedDict()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Compiled:
+    """What ``emit()`` needs beside the callable of one event type.
+
+    ``single`` is the listener whose function *is* the callable (``emit()`` records its
+    failures); otherwise the callable is generated and records its own.
+    """
+
+    plan: Plan
+    single: Listener | None
+    source: str | None
+
+    def returned(self, value: object) -> None:
+        """What the callable returned: a lone listener's awaitable is its error (never awaited).
+
+        :raises TypeError: naming the listener, after closing the awaitable
+        """
+        if self.single is not None and inspect.isawaitable(value):
+            raise awaitable_error(self.single.name, value)
+
+    def record(self, sink: FailureSink, event: object, exc: Exception) -> None:
+        """Record what the lone listener raised (``emit()`` called it directly)."""
+        assert self.single is not None and isinstance(event, Event)
+        sink.capture(event, new_event_id(), self.single.name, exc, 1)
+
+
+class _Queue(Protocol):
+    backoff: float
+
+    @property
+    def accepting(self) -> bool: ...
+
+    @property
+    def closing(self) -> bool: ...
+
+    def submit(self, sub: Listener, emission: Emission) -> None: ...
+
+
+class Runtime:
+    """The parts of one bus that its emit paths use besides listeners (no reference to the bus)."""
+
+    def __init__(
+        self, nesting: Nesting, sink: FailureSink, queue: _Queue, table: ListenerTable
+    ) -> None:
+        self.nesting = nesting
+        self.sink = sink
+        self.queue = queue
+        self.table = table
+
+    def emission(self, event: Event) -> Emission:
+        return Emission(event, self.nesting.depth())
+
+    def failed(
+        self, emission: Emission | None, event: Event, sub: Listener, exc: Exception
+    ) -> Emission:
+        """Record *sub*'s failure; return the emission, so its other failures share its id."""
+        if emission is None:
+            emission = self.emission(event)
+        self.sink.capture(event, emission.event_id, sub.name, exc, 1)
+        return emission
+
+    def retrying(self, emission: Emission, sub: Listener) -> Exception | None:
+        return call_sync(sub, emission, self.sink)[0]
+
+    def submit(self, emission: Emission, sub: Listener) -> None:
+        self.queue.submit(sub, emission)
+
+    def require_running(self, event: Event, n_async: int) -> None:
+        # While the bus is closing, each queued call is recorded as dropped instead.
+        if not self.queue.accepting and not self.queue.closing:
+            raise BusNotRunningError(event.__event_name__, n_async)
+
+
+class DispatchCache:
+    """The compiled dispatch of each event type, rebuilt after any change of what it used.
+
+    ``entries`` maps an event type to ``(callable, Compiled)``; ``emit()`` reads it directly.
+    It is cleared when the subscriptions change (the table watches it) or the bus's default
+    error policy does.
+    """
+
+    def __init__(self, runtime: Runtime, policy: ErrorPolicy) -> None:
+        self.runtime = runtime
+        self._policy = policy
+        self.entries: dict[type, tuple[Dispatcher, Compiled]] = {}
+        runtime.table.watch(self.entries)
+
+    @property
+    def policy(self) -> ErrorPolicy:
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: ErrorPolicy) -> None:
+        self._policy = policy
+        self.entries.clear()
+
+    def get(self, cls: type[Event]) -> tuple[Dispatcher, Compiled]:
+        """The entry of *cls*, compiled on first use.
+
+        :raises UnknownEventError: if *cls* is not declared in the bus's registry
+        """
+        entry = self.entries.get(cls)
+        if entry is None:
+            plan = self.runtime.table.plan(cls)
+            entry = self.entries[cls] = compile_plan(plan, self._policy, self.runtime)
+        return entry
+
+
+def _noted(exc: Exception, sub: Listener) -> Exception:
+    add_note_once(exc, sub.name)
+    return exc
+
+
+def compile_plan(plan: Plan, policy: ErrorPolicy, runtime: Runtime) -> tuple[Dispatcher, Compiled]:
+    """The callable ``emit()`` runs for *plan* under the bus's default *policy*."""
+    subs = plan.listeners
+    if len(subs) == 1 and _plain(subs[0], policy):
+        return subs[0].fn, Compiled(plan, subs[0], None)
+    source = _source(plan, policy)
+    # Its own globals: a global load is the cheapest load of a name that is not a local, and a
+    # closure would copy every cell into each call's frame.
+    namespace: dict[str, Any] = {
+        "__builtins__": __builtins__,
+        "rt": runtime,
+        "isawaitable": inspect.isawaitable,
+        "awaitable_error": awaitable_error,
+        "noted": _noted,
+        "ListenerErrors": ListenerErrors,
+        "remove": runtime.table.remove,
+    }
+    for i, sub in enumerate(subs):
+        namespace[f"l{i}"] = sub.fn
+        namespace[f"s{i}"] = sub
+    exec(compile(source, _register(plan, source), "exec"), namespace)
+    fn: Dispatcher = namespace[_function_name(plan)]
+    return fn, Compiled(plan, None, source)
+
+
+def _function_name(plan: Plan) -> str:
+    return "emit_" + plan.event_type.__event_name__.replace(".", "_").replace("-", "_")
+
+
+def _plain(sub: Listener, policy: ErrorPolicy) -> bool:
+    """A listener needing nothing but a call in a ``try``: sync, captured, no once or retries."""
+    return (
+        not sub.is_async
+        and not sub.once
+        and sub.retries == 0
+        and (sub.errors or policy) == "capture"
+    )
+
+
+def _source(plan: Plan, policy: ErrorPolicy) -> str:
+    ename = plan.event_type.__event_name__
+    subs = plan.listeners
+    propagate = any((s.errors or policy) == "propagate" for s in subs)
+    eager = any(s.is_async or s.retries for s in subs)
+    n_async = sum(1 for s in subs if s.is_async)
+    count = f"{len(subs)} listener{'s' if len(subs) != 1 else ''}"
+    body = [f'"""emit({ename!r}): {count}, in order (generated by eventbus._compiler)."""']
+    if n_async:
+        body.append(f"rt.require_running(event, {n_async})")
+    body.append("emission = rt.emission(event)" if eager else "emission = None")
+    if propagate:
+        body.append("raised = []")
+    for i, sub in enumerate(subs):
+        body += _step(i, sub, (sub.errors or policy) == "propagate")
+    if propagate:
+        body += ["if raised:", f"    raise ListenerErrors.for_event({ename!r}, raised)"]
+    lines = [f"def {_function_name(plan)}(event):"] + [
+        f"    {line}" if line else "" for line in body
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _step(i: int, sub: Listener, propagate: bool) -> list[str]:
+    """The lines that call listener *i* and deal with its outcome."""
+    traits = ["async: queued for the workers" if sub.is_async else "sync"]
+    if sub.once:
+        traits.append("once")
+    if sub.retries:
+        traits.append(f"retries={sub.retries}")
+    if propagate:
+        traits.append("propagate")
+    lines = [f"# {i + 1}. {sub.name!r} ({', '.join(traits)})"]
+    if sub.is_async:
+        call = [f"rt.submit(emission, s{i})"]
+    elif sub.retries:
+        call = [f"exc = rt.retrying(emission, s{i})"]
+        if propagate:
+            call += ["if exc is not None:", f"    raised.append(noted(exc, s{i}))"]
+    else:
+        call = [
+            "try:",
+            f"    if (value := l{i}(event)) is not None and isawaitable(value):",
+            f"        raise awaitable_error(s{i}.name, value)",
+            "except Exception as exc:",
+            f"    emission = rt.failed(emission, event, s{i}, exc)",
+        ]
+        if propagate:
+            call.append(f"    raised.append(noted(exc, s{i}))")
+    if sub.once:
+        # A nested emit may have run it already; then it is not this emit's listener.
+        call = [f"if not s{i}.fired:", f"    s{i}.fired = True", f"    remove(s{i})"] + [
+            f"    {line}" for line in call
+        ]
+    return lines + call
+
+
+def _register(plan: Plan, source: str) -> str:
+    digest = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()[:8]
+    filename = f"<eventbus: emit({plan.event_type.__event_name__!r}) {digest}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    _sources[filename] = None
+    _sources.move_to_end(filename)
+    while len(_sources) > MAX_SOURCES:
+        old, _ = _sources.popitem(last=False)
+        linecache.cache.pop(old, None)
+    return filename

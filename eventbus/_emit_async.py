@@ -1,0 +1,212 @@
+"""``emit_async()``: run every listener of a plan and wait for all of them.
+
+Sync listeners run first, inline and in order; async ones then run concurrently, each in its
+own task (a copy of the publisher's context), or in the publisher's own task when there is
+only one. Every call becomes an :class:`Outcome`, in subscription order.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from typing import Any
+
+import anyio
+
+from ._calls import Emission, add_note_once, call_async, cancelled_from_outside, on_asyncio
+from ._compiler import Runtime
+from ._events import Event
+from ._exceptions import ListenerErrors, RecursionLimitError
+from ._listeners import ErrorPolicy, Listener, Outcome, new_outcome
+from ._sink import FailureSink
+from ._table import Plan
+
+__all__ = ["run_plan"]
+
+_perf = time.perf_counter
+_isawaitable = inspect.isawaitable
+
+
+async def run_plan(
+    plan: Plan, event: Event, runtime: Runtime, policy: ErrorPolicy
+) -> list[Outcome]:
+    """Run *plan*'s listeners for *event*, one hop deeper, and return their outcomes.
+
+    :param policy: the bus's default error policy
+    :raises RecursionLimitError: if emits are already nested ``max_depth`` deep
+    :raises ListenerErrors: when listeners under the ``propagate`` policy failed, once all ran
+    """
+    nesting, sink = runtime.nesting, runtime.sink
+    depth = nesting.depth()
+    if depth >= nesting.max_depth:
+        raise RecursionLimitError(event.__event_name__, nesting.max_depth)
+    subs = plan.listeners
+    if not subs:
+        return []
+    # Made when first needed (a failure, a retry, an async call): most emits need none.
+    emission: Emission | None = None
+    # Outcome | None until every call ended (None: a once listener this emit did not run).
+    outcomes: list[Any] = [None] * len(subs)
+    spawn: list[tuple[int, Listener]] = []
+    skipped = False
+    failures_before = sink.count
+    # One hop for the whole emit: the listeners' tasks copy the context it sets.
+    token = nesting.enter_hop(depth + 1)
+    try:
+        start = _perf()
+        for i, sub in enumerate(subs):
+            if sub.once:
+                if sub.fired:  # a nested emit already ran it: not this emit's listener
+                    skipped = True
+                    continue
+                sub.fired = True
+                runtime.table.remove(sub)
+            if sub.is_async:
+                spawn.append((i, sub))
+                continue
+            if sub.retries:
+                emission = emission or Emission(event, depth + 1)
+                await _run(outcomes, i, sub, emission, runtime)  # backs off between attempts
+                start = _perf()
+                continue
+            # The commonest case, inline: no coroutine per call; each call's end is the next
+            # one's start.
+            try:
+                value = sub.fn(event)
+                if value is not None and _isawaitable(value):
+                    value = await value
+            except BaseException as exc:
+                emission = emission or Emission(event, depth + 1)
+                outcomes[i] = _failed(exc, sub, emission, sink, start)
+                start = _perf()
+            else:
+                end = _perf()
+                outcomes[i] = new_outcome(sub.name, value, None, end - start, None)
+                start = end
+        if spawn:
+            emission = emission or Emission(event, depth + 1)
+            if len(spawn) == 1:
+                i, sub = spawn[0]
+                await _run(outcomes, i, sub, emission, runtime)  # in this task, after the others
+            elif on_asyncio():
+                await _gather_asyncio(spawn, outcomes, emission, runtime)
+            else:
+                async with anyio.create_task_group() as tg:
+                    for i, sub in spawn:
+                        tg.start_soon(_run, outcomes, i, sub, emission, runtime)
+    finally:
+        nesting.leave_hop(token)
+    done: list[Outcome] = [o for o in outcomes if o is not None] if skipped else outcomes
+    if sink.count != failures_before:  # something failed: does anything propagate?
+        raised: list[Exception] = []
+        for sub, out in zip(subs, outcomes, strict=True):
+            if out is not None and isinstance(out.error, Exception):
+                if (sub.errors or policy) == "propagate":
+                    add_note_once(out.error, sub.name)
+                    raised.append(out.error)
+        if raised:
+            raise ListenerErrors.for_event(plan.event_type.__event_name__, raised)
+    return done
+
+
+async def _run(
+    outcomes: list[Any], i: int, sub: Listener, emission: Emission, runtime: Runtime
+) -> None:
+    """Call *sub* (async, or sync with retries) and store its outcome at *i*."""
+    start = _perf()
+    if sub.is_async and sub.timeout is None and not sub.retries:
+        try:  # the plain async listener: no further coroutine in between
+            value = await sub.fn(emission.event)
+        except BaseException as exc:
+            outcomes[i] = _failed(exc, sub, emission, runtime.sink, start)
+        else:
+            outcomes[i] = new_outcome(sub.name, value, None, _perf() - start, None)
+        return
+    error, value, rec = await call_async(sub, emission, runtime.sink, runtime.queue.backoff)
+    outcomes[i] = new_outcome(sub.name, value, error, _perf() - start, rec)
+
+
+def _failed(
+    exc: BaseException, sub: Listener, emission: Emission, sink: FailureSink, start: float
+) -> Outcome:
+    """The outcome of a call that raised *exc*, recorded; a cancellation from outside propagates."""
+    end = _perf()
+    if not isinstance(exc, Exception) and (
+        not isinstance(exc, anyio.get_cancelled_exc_class()) or cancelled_from_outside()
+    ):
+        raise exc
+    rec = sink.capture(emission.event, emission.event_id, sub.name, exc, 1)
+    return new_outcome(sub.name, None, exc, end - start, rec)
+
+
+async def _gather_asyncio(
+    calls: list[tuple[int, Listener]], outcomes: list[Any], emission: Emission, runtime: Runtime
+) -> None:
+    """Run *calls* as asyncio tasks and wait for all of them, under a task group's rules.
+
+    Each task runs in a copy of this task's context; a listener's exception becomes its
+    outcome; a ``BaseException`` that is not a cancellation cancels the other calls and is
+    raised once all ended; a cancelled publisher cancels them all, waits, and propagates.
+    Cheaper than ``asyncio.TaskGroup`` around a wrapper coroutine per call: a plain async
+    listener's coroutine is the task itself, and one done callback makes its outcome.
+    """
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    sink = runtime.sink
+    event = emission.event
+    tasks: list[asyncio.Task[Any]] = []
+    left = len(calls)
+    aborting = False
+    base_error: BaseException | None = None
+    waiter = loop.create_future()
+
+    def abort() -> None:
+        nonlocal aborting
+        aborting = True
+        for task in tasks:
+            task.cancel()
+
+    def ended(i: int, sub: Listener | None, start: float, task: asyncio.Task[Any]) -> None:
+        # sub is None for a call wrapped in _run, which stores its own outcome.
+        nonlocal left, base_error
+        end = _perf()
+        left -= 1
+        if task.cancelled():
+            if not aborting and sub is not None:  # it raised the cancellation itself
+                try:
+                    task.result()
+                except asyncio.CancelledError as exc:
+                    rec = sink.capture(event, emission.event_id, sub.name, exc, 1)
+                    outcomes[i] = new_outcome(sub.name, None, exc, end - start, rec)
+        elif (error := task.exception()) is None:
+            if sub is not None:
+                outcomes[i] = new_outcome(sub.name, task.result(), None, end - start, None)
+        elif isinstance(error, Exception) and sub is not None:
+            rec = sink.capture(event, emission.event_id, sub.name, error, 1)
+            outcomes[i] = new_outcome(sub.name, None, error, end - start, rec)
+        elif base_error is None:  # not a listener's failure: take the others down, raise it
+            base_error = error
+            abort()
+        if not left and not waiter.done():
+            waiter.set_result(None)
+
+    for i, sub in calls:
+        plain = sub.timeout is None and not sub.retries
+        coro = sub.fn(event) if plain else _run(outcomes, i, sub, emission, runtime)
+        task = loop.create_task(coro)
+        task.add_done_callback(functools.partial(ended, i, sub if plain else None, _perf()))
+        tasks.append(task)
+    cancelled: BaseException | None = None
+    while left:
+        try:
+            await waiter
+        except asyncio.CancelledError as exc:  # the publisher: cancel the calls, wait for them
+            cancelled = cancelled or exc
+            abort()
+            waiter = loop.create_future()
+    if cancelled is not None:
+        raise cancelled
+    if base_error is not None:
+        raise base_error

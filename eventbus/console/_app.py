@@ -1,0 +1,458 @@
+"""The console: an ASGI application of server-rendered pages, mountable anywhere.
+
+``app.mount("/ops", Console(pages, secret=...))``. Every route but the login page and the
+static files needs a session; every ``POST`` goes through :meth:`Console._run_action`, which
+applies the rules of :mod:`._pages` (read-only, CSRF, the action log) before the page's code.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import secrets
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import Receive, Scope, Send
+
+from ._audit import AuditLog, AuditOutcome, MemoryAuditLog
+from ._pages import Action, ActionError, ConsolePage, PageRequest, View, console_url
+from ._requests import client_address, read_form, safe_next
+from ._security import (
+    LOGIN_COOKIE,
+    LOGIN_TTL,
+    SESSION_COOKIE,
+    AuthCallable,
+    Session,
+    SessionSigner,
+    check_login_secret,
+    csrf_matches,
+    secret_matches,
+    security_headers,
+    set_cookie,
+)
+from ._template_filters import install_filters
+
+__all__ = ["Console"]
+
+logger = logging.getLogger("eventbus.console")
+
+MAX_USER = 64
+
+
+class Console:
+    """The operator console: login, an overview, the pages given, and the action log.
+
+    Exactly one of *secret* and *auth* is required.
+
+    :param pages: the sections, in menu order (see :func:`eventbus.console.bus_pages`)
+    :param secret: the login token or password (at least 16 characters), compared in constant
+        time; the session cookies are signed with a key derived from it
+    :param auth: the application's own login instead: called with each request, returns the
+        user's name or ``None`` (then the console answers 401, or redirects to *login_url*)
+    :param login_url: where *auth* users who are not signed in are sent
+    :param session_key: signs the cookies under *auth* (default: random per process, so forms
+        opened before a restart must be reloaded)
+    :param session_ttl: how long a session lasts after login
+    :param read_only: show everything, allow no action (every ``POST`` is a 403)
+    :param audit: the action log (default: the newest 10,000 in memory)
+    :param title: shown in the header and the window title
+    :raises ValueError: unless exactly one of *secret* and *auth* is given
+    :raises LoginSecretError: for a secret shorter than 16 characters
+    """
+
+    def __init__(
+        self,
+        pages: Sequence[ConsolePage] = (),
+        *,
+        secret: str | None = None,
+        auth: AuthCallable | None = None,
+        login_url: str | None = None,
+        session_key: str | bytes | None = None,
+        session_ttl: timedelta = timedelta(hours=8),
+        read_only: bool = False,
+        audit: AuditLog | None = None,
+        title: str = "eventbus console",
+    ) -> None:
+        if (secret is None) == (auth is None):
+            raise ValueError(
+                "Console() needs exactly one of secret= (a login form) and auth= (the "
+                "application's own login)"
+            )
+        self._secret = check_login_secret(secret) if secret is not None else None
+        self._auth = auth
+        self.login_url = login_url
+        key = session_key or self._secret or secrets.token_bytes(32)
+        self._signer = SessionSigner(key, ttl=session_ttl)
+        self.read_only = read_only
+        self.audit: AuditLog = audit if audit is not None else MemoryAuditLog()
+        self.title = title
+        self.pages = list(pages)
+        slugs = [p.slug for p in self.pages]
+        for slug in slugs:
+            if slugs.count(slug) > 1 or slug in {"login", "logout", "actions", "static"}:
+                raise ValueError(f"page slug {slug!r} is used twice or reserved; rename the page")
+        self._env = self._environment()
+        self._app = security_headers(self._starlette())
+
+    def __repr__(self) -> str:
+        login = "secret" if self._secret is not None else "auth callable"
+        return (
+            f"Console(pages={[p.slug for p in self.pages]}, login={login}, "
+            f"read_only={self.read_only})"
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._app(scope, receive, send)
+
+    # -- building --------------------------------------------------------------------------------
+
+    def _environment(self) -> jinja2.Environment:
+        loaders: list[jinja2.BaseLoader] = [jinja2.PackageLoader("eventbus.console", "templates")]
+        loaders += [jinja2.PackageLoader(*p.templates) for p in self.pages if p.templates]
+        env = jinja2.Environment(
+            loader=jinja2.ChoiceLoader(loaders),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        install_filters(env)
+        return env
+
+    def _starlette(self) -> Starlette:
+        routes: list[BaseRoute] = [
+            Route("/", self._overview, methods=["GET"]),
+            Route("/login", self._login_form, methods=["GET"]),
+            Route("/login", self._login, methods=["POST"]),
+            Route("/logout", self._logout, methods=["POST"]),
+            Route("/actions", self._actions, methods=["GET"]),
+            Mount("/static", StaticFiles(packages=[("eventbus.console", "static")])),
+        ]
+        for page in self.pages:
+            for route in page.routes():
+                path = f"/{page.slug}{route.path}"
+                if isinstance(route, View):
+                    routes.append(Route(path, self._view_endpoint(route), methods=["GET"]))
+                else:
+                    routes.append(Route(path, self._action_endpoint(route), methods=["POST"]))
+        return Starlette(routes=routes, exception_handlers={HTTPException: self._http_error})
+
+    # -- sessions --------------------------------------------------------------------------------
+
+    async def _session(self, request: Request) -> tuple[Session | None, str | None]:
+        """The request's session and, when a new cookie must be set, its value."""
+        cookie = request.cookies.get(SESSION_COOKIE)
+        session = self._signer.load_session(cookie)
+        if self._auth is None:
+            return session, None
+        user = self._auth(request)
+        if inspect.isawaitable(user):
+            user = await user
+        if not user:
+            return None, None
+        if session is not None and session.user == user:
+            return session, None
+        fresh, value = self._signer.new_session(str(user))
+        return fresh, value
+
+    def _set_session(self, response: Response, request: Request, value: str) -> None:
+        set_cookie(
+            response,
+            request,
+            SESSION_COOKIE,
+            value,
+            max_age=int(self._signer.ttl.total_seconds()),
+            path=self._cookie_path(request),
+        )
+
+    def _cookie_path(self, request: Request) -> str:
+        return request.scope.get("root_path", "").rstrip("/") or "/"
+
+    def _not_signed_in(self, request: Request) -> Response:
+        if self._auth is not None:
+            if self.login_url:
+                return RedirectResponse(self.login_url, status_code=303)
+            return self._page(
+                request,
+                "error.html",
+                status=401,
+                title="Not signed in",
+                message="Sign in to the application first; the console uses its login.",
+            )
+        target = request.url.path if request.method == "GET" else None
+        return RedirectResponse(console_url(request, "/login", next=target), status_code=303)
+
+    def _context(self, request: Request, session: Session | None) -> dict[str, Any]:
+        return {
+            "console_title": self.title,
+            "nav": [(p.title, console_url(request, f"/{p.slug}"), p.slug) for p in self.pages],
+            "root": console_url(request, "/"),
+            "static": console_url(request, "/static"),
+            "session": session,
+            "read_only": self.read_only,
+            "now": datetime.now(UTC),
+            "request": request,
+            "url": lambda path="/", **q: console_url(request, path, **q),
+            "done": None,
+        }
+
+    def _page(
+        self,
+        request: Request,
+        template: str,
+        *,
+        status: int = 200,
+        session: Session | None = None,
+        **context: Any,
+    ) -> HTMLResponse:
+        html = self._env.get_template(template).render(
+            {**self._context(request, session), **context}
+        )
+        return HTMLResponse(html, status_code=status)
+
+    # -- login -------------------------------------------------------------------------------
+
+    async def _login_form(
+        self, request: Request, *, error: str | None = None, next_path: object = None
+    ) -> Response:
+        if self._secret is None:
+            return self._not_signed_in(request)
+        nonce, cookie = self._signer.new_login_nonce()
+        if next_path is None:
+            next_path = request.query_params.get("next")
+        response = self._page(
+            request,
+            "login.html",
+            status=401 if error else 200,
+            nonce=nonce,
+            error=error,
+            next=safe_next(request, next_path),
+        )
+        set_cookie(
+            response,
+            request,
+            LOGIN_COOKIE,
+            cookie,
+            max_age=LOGIN_TTL,
+            path=self._cookie_path(request),
+        )
+        return response
+
+    async def _login(self, request: Request) -> Response:
+        if self._secret is None:
+            return self._not_signed_in(request)
+        form = await self._form(request)
+        if isinstance(form, Response):
+            return form
+        nonce = form.get("nonce")
+        if not (
+            isinstance(nonce, str)
+            and self._signer.login_nonce_matches(request.cookies.get(LOGIN_COOKIE), nonce)
+        ):
+            return self._page(
+                request,
+                "error.html",
+                status=403,
+                title="Login form expired",
+                message="The login form expired or came from another site; load it again.",
+                back=console_url(request, "/login"),
+            )
+        user, token = form.get("user"), form.get("token")
+        user = user.strip() if isinstance(user, str) else ""
+        if not user or len(user) > MAX_USER or not user.isprintable():
+            return await self._login_form(
+                request,
+                error=f"Give your name (1 to {MAX_USER} printable characters): "
+                "it is recorded with every action you take.",
+                next_path=form.get("next"),
+            )
+        if not (isinstance(token, str) and secret_matches(token, self._secret)):
+            logger.warning("console login refused for %r from %s", user, client_address(request))
+            return await self._login_form(request, error="Wrong token.", next_path=form.get("next"))
+        _session, value = self._signer.new_session(user)
+        logger.info("console login of %r from %s", user, client_address(request))
+        next_path = safe_next(request, form.get("next")) or console_url(request, "/")
+        response = RedirectResponse(next_path, status_code=303)
+        self._set_session(response, request, value)
+        response.delete_cookie(LOGIN_COOKIE, path=self._cookie_path(request))
+        return response
+
+    async def _logout(self, request: Request) -> Response:
+        session, _ = await self._session(request)
+        form = await self._form(request)
+        if isinstance(form, Response):
+            return form
+        if session is not None and not csrf_matches(session, form.get("csrf")):
+            return self._csrf_refused(request, session, "logout")
+        response = RedirectResponse(console_url(request, "/login"), status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path=self._cookie_path(request))
+        return response
+
+    # -- built-in pages ------------------------------------------------------------------------
+
+    async def _overview(self, request: Request) -> Response:
+        session, cookie = await self._session(request)
+        if session is None:
+            return self._not_signed_in(request)
+        preq = self._page_request(request, session)
+        panels = [p for page in self.pages if (p := await page.panel(preq)) is not None]
+        return self._finish(preq.render("overview.html", panels=panels), request, cookie)
+
+    async def _actions(self, request: Request) -> Response:
+        session, cookie = await self._session(request)
+        if session is None:
+            return self._not_signed_in(request)
+        preq = self._page_request(request, session)
+        entries = self.audit.entries(limit=500)
+        return self._finish(preq.render("actions.html", entries=entries), request, cookie)
+
+    def _page_request(
+        self, request: Request, session: Session, form: FormData | None = None
+    ) -> PageRequest:
+        context = self._context(request, session)
+        done = request.query_params.get("done")
+        if done is not None and done.isdigit() and len(done) < 19:
+            context["done"] = self.audit.get(int(done))
+        return PageRequest(request, session, env=self._env, base_context=context, form=form)
+
+    def _finish(self, response: Response, request: Request, cookie: str | None) -> Response:
+        if cookie is not None:
+            self._set_session(response, request, cookie)
+        return response
+
+    # -- page routes ---------------------------------------------------------------------------
+
+    def _view_endpoint(self, view: View) -> Any:
+        async def endpoint(request: Request) -> Response:
+            session, cookie = await self._session(request)
+            if session is None:
+                return self._not_signed_in(request)
+            preq = self._page_request(request, session)
+            try:
+                response = await view.endpoint(preq)
+            except ActionError as exc:
+                response = preq.render(
+                    "error.html",
+                    status=exc.status,
+                    title="Cannot show this",
+                    message=exc.message,
+                )
+            return self._finish(response, request, cookie)
+
+        endpoint.__name__ = view.name
+        return endpoint
+
+    def _action_endpoint(self, action: Action) -> Any:
+        async def endpoint(request: Request) -> Response:
+            return await self._run_action(action, request)
+
+        endpoint.__name__ = action.name
+        return endpoint
+
+    async def _run_action(self, action: Action, request: Request) -> Response:
+        session, cookie = await self._session(request)
+        if session is None:
+            return self._not_signed_in(request)
+        form = await self._form(request)
+        if isinstance(form, Response):
+            return form
+        if not csrf_matches(session, form.get("csrf")):
+            return self._csrf_refused(request, session, action.name)
+        preq = self._page_request(request, session, form)
+        target = "/".join(str(v) for v in request.path_params.values())
+        if self.read_only:
+            message = "The console is read-only: no action can be taken here."
+            self._log(request, session, action.name, target, "refused", message)
+            return self._finish(
+                preq.render("error.html", status=403, title="Read-only", message=message),
+                request,
+                cookie,
+            )
+        try:
+            done = await action.endpoint(preq)
+        except ActionError as exc:
+            self._log(request, session, action.name, target, "refused", exc.message)
+            response = preq.render(
+                "error.html",
+                status=exc.status,
+                title="Not done",
+                message=exc.message,
+                back=safe_next(request, request.headers.get("referer")),
+            )
+            return self._finish(response, request, cookie)
+        except Exception as exc:
+            logger.exception("console action %s on %r failed", action.name, target)
+            message = f"{type(exc).__name__}: {exc}"
+            self._log(request, session, action.name, target, "error", message)
+            response = preq.render(
+                "error.html",
+                status=500,
+                title="The action failed",
+                message=message,
+            )
+            return self._finish(response, request, cookie)
+        entry = self._log(request, session, action.name, done.target or target, "ok", done.message)
+        back = done.back or safe_next(request, request.headers.get("referer"))
+        back_url = back or console_url(request, "/")
+        sep = "&" if "?" in back_url else "?"
+        redirect = RedirectResponse(f"{back_url}{sep}done={entry.id}", status_code=303)
+        return self._finish(redirect, request, cookie)
+
+    def _log(
+        self,
+        request: Request,
+        session: Session,
+        action: str,
+        target: str,
+        outcome: AuditOutcome,
+        message: str,
+    ) -> Any:
+        return self.audit.append(
+            at=datetime.now(UTC),
+            user=session.user,
+            client=client_address(request),
+            action=action,
+            target=target,
+            outcome=outcome,
+            message=message,
+        )
+
+    def _csrf_refused(self, request: Request, session: Session, action: str) -> Response:
+        message = "The form's CSRF token is missing or wrong; reload the page and try again."
+        self._log(request, session, action, "", "refused", message)
+        return self._page(
+            request, "error.html", status=403, session=session, title="Refused", message=message
+        )
+
+    async def _form(self, request: Request) -> FormData | Response:
+        """The request's form, or the page that says what is wrong with it."""
+        try:
+            return await read_form(request)
+        except ActionError as exc:
+            return self._page(
+                request, "error.html", status=exc.status, title="Bad form", message=exc.message
+            )
+
+    async def _http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 404:
+            message = f"There is no console page at {request.url.path}."
+        elif exc.status_code == 405:
+            message = f"{request.method} is not allowed here; actions are forms that POST."
+        else:
+            message = str(exc.detail)
+        response = self._page(
+            request, "error.html", status=exc.status_code, title="Not here", message=message
+        )
+        response.headers.update(exc.headers or {})
+        return response

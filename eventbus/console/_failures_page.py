@@ -1,0 +1,331 @@
+"""The failures page: the failure table, filtered and paginated; one failure in full; the
+actions an operator takes on them (retry, resolve with a note, purge after a confirmation).
+
+Built on the public API only: the store's ``query/get/update/purge`` and
+``bus.retry_failures``. The store filters by status, event, listener and ``since``; the other
+filters (``until``, and the correlation id once records carry one) are applied here, to at
+most ``scan_limit`` rows, which the page says when it reaches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+from starlette.responses import Response
+
+from eventbus import EventBus, FailureRecord, FailureStatus
+
+from ._forms import parse_datetime, parse_int
+from ._pages import Action, ActionError, Done, PageRequest, Panel, View
+
+__all__ = ["FailuresPage", "causal_fields"]
+
+PER_PAGE = 50
+MAX_NOTE = 500
+MAX_NAME = 300
+STATUSES = [s.value for s in FailureStatus]
+
+
+def causal_fields() -> list[str]:
+    """The causation/correlation fields that :class:`FailureRecord` has in this version."""
+    names = {f.name for f in dataclasses.fields(FailureRecord)}
+    return [n for n in ("correlation_id", "causation_id") if n in names]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Filters:
+    status: FailureStatus | None = None
+    event: str | None = None
+    listener: str | None = None
+    correlation: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def query(self) -> dict[str, str]:
+        """The filters as query parameters (for links that keep them)."""
+        out = {
+            "status": self.status.value if self.status else "",
+            "event": self.event or "",
+            "listener": self.listener or "",
+            "correlation": self.correlation or "",
+            "since": _local(self.since),
+            "until": _local(self.until),
+        }
+        return {k: v for k, v in out.items() if v}
+
+
+def _local(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%dT%H:%M") if value else ""
+
+
+class FailuresPage:
+    """The failure table of *bus* (``bus.failures``).
+
+    :param scan_limit: most rows read to apply the filters the store does not have, and to
+        count for panels and the purge confirmation
+    :param max_attempts: a retry that fails this many times marks the row ``dead``
+    """
+
+    slug = "failures"
+    title = "Failures"
+    templates: tuple[str, str] | None = None
+
+    def __init__(self, bus: EventBus, *, scan_limit: int = 10_000, max_attempts: int = 5) -> None:
+        self.bus = bus
+        self.scan_limit = scan_limit
+        self.max_attempts = max_attempts
+
+    def __repr__(self) -> str:
+        return f"FailuresPage(bus={self.bus!r})"
+
+    def routes(self) -> Sequence[View | Action]:
+        return [
+            View("", self.index, "failures.list"),
+            View("/purge", self.purge_form, "failures.purge_form"),
+            Action("/purge", self.purge, "failures.purge"),
+            Action("/retry", self.retry_matching, "failures.retry_matching"),
+            View("/{failure_id}", self.detail, "failures.detail"),
+            Action("/{failure_id}/retry", self.retry, "failures.retry"),
+            Action("/{failure_id}/resolve", self.resolve, "failures.resolve"),
+        ]
+
+    async def panel(self, request: PageRequest) -> Panel:
+        store = self.bus.failures
+        await store.flush()
+        pending = await store.query(status=FailureStatus.PENDING, limit=self.scan_limit)
+        dead = await store.query(status=FailureStatus.DEAD, limit=self.scan_limit)
+        return Panel(
+            title=self.title,
+            href=request.url("/failures"),
+            rows=[("pending", self._count(pending)), ("dead", self._count(dead))],
+            alert=bool(pending or dead),
+        )
+
+    def _count(self, rows: Sequence[object]) -> str:
+        return f"{len(rows)}+" if len(rows) >= self.scan_limit else str(len(rows))
+
+    # -- views -----------------------------------------------------------------------------------
+
+    async def index(self, request: PageRequest) -> Response:
+        errors: list[str] = []
+        filters = self._filters(request, errors)
+        page = parse_int(request.query.get("page"), "page", 1, 10_000, errors) or 1
+        rows: list[FailureRecord] = []
+        capped = False
+        if not errors:
+            store = self.bus.failures
+            await store.flush()  # what the bus recorded so far is listed
+            local = filters.until is not None or filters.correlation is not None
+            limit = self.scan_limit if local else page * PER_PAGE + 1
+            rows = await store.query(
+                status=filters.status,
+                event=filters.event,
+                listener=filters.listener,
+                since=filters.since,
+                limit=limit,
+            )
+            capped = local and len(rows) >= self.scan_limit
+            if local:
+                rows = [r for r in rows if _keep(r, filters)]
+        start = (page - 1) * PER_PAGE
+        shown = rows[start : start + PER_PAGE]
+        query = filters.query()
+        return request.render(
+            "failures.html",
+            status=400 if errors else 200,
+            errors=errors,
+            filters=filters,
+            form=query,
+            statuses=STATUSES,
+            has_correlation=bool(causal_fields()),
+            rows=shown,
+            first=start + 1,
+            capped=capped,
+            scan_limit=self.scan_limit,
+            prev_url=request.url("/failures", **query, page=page - 1) if page > 1 else None,
+            next_url=(
+                request.url("/failures", **query, page=page + 1)
+                if len(rows) > start + PER_PAGE
+                else None
+            ),
+        )
+
+    def _filters(self, request: PageRequest, errors: list[str]) -> Filters:
+        q = request.query
+        status = q.get("status") or None
+        if status is not None and status not in STATUSES:
+            errors.append(f"status must be one of {', '.join(STATUSES)}, not {status!r}")
+            status = None
+        texts: dict[str, str | None] = {}
+        for name in ("event", "listener", "correlation"):
+            value = (q.get(name) or "").strip() or None
+            if value is not None and len(value) > MAX_NAME:
+                errors.append(f"{name} is {len(value)} characters long; at most {MAX_NAME}")
+                value = None
+            texts[name] = value
+        since = parse_datetime(q.get("since"), "since", errors)
+        until = parse_datetime(q.get("until"), "until", errors)
+        if since and until and since >= until:
+            errors.append("since must be before until")
+        return Filters(
+            status=FailureStatus(status) if status else None,
+            event=texts["event"],
+            listener=texts["listener"],
+            correlation=texts["correlation"],
+            since=since,
+            until=until,
+        )
+
+    async def detail(self, request: PageRequest) -> Response:
+        rec = await self._record(request)
+        fields = causal_fields()
+        causal = {name: getattr(rec, name, None) for name in fields}
+        chain: list[FailureRecord] = []
+        correlation = causal.get("correlation_id")
+        if correlation:
+            related = await self.bus.failures.query(limit=self.scan_limit)
+            chain = sorted(
+                (r for r in related if getattr(r, "correlation_id", None) == correlation),
+                key=lambda r: r.first_failed_at,
+            )
+        return request.render(
+            "failure.html",
+            rec=rec,
+            causal=causal,
+            chain=chain,
+            retryable=rec.status == FailureStatus.PENDING and rec.payload_ok,
+            listener_here=self.bus.listener(rec.listener) is not None,
+            max_note=MAX_NOTE,
+        )
+
+    async def purge_form(self, request: PageRequest) -> Response:
+        errors: list[str] = []
+        status, days = self._purge_args(
+            request.query.get("status"), request.query.get("older_than_days"), errors
+        )
+        matched: int | None = None
+        if not errors:
+            matched = await self._matching(status, days)
+        return request.render(
+            "failures_purge.html",
+            status=400 if errors else 200,
+            errors=errors,
+            statuses=STATUSES,
+            chosen=status.value if status else "",
+            days=days,
+            matched=matched,
+            capped=matched is not None and matched >= self.scan_limit,
+        )
+
+    async def _matching(self, status: FailureStatus | None, days: int) -> int:
+        before = datetime.now(UTC) - timedelta(days=days)
+        rows = await self.bus.failures.query(status=status, limit=self.scan_limit)
+        return sum(1 for r in rows if r.last_failed_at < before)
+
+    def _purge_args(
+        self, status: str | None, days: str | None, errors: list[str]
+    ) -> tuple[FailureStatus | None, int]:
+        if status and status not in STATUSES:
+            errors.append(f"status must be one of {', '.join(STATUSES)} or empty, not {status!r}")
+            status = None
+        n = parse_int(days if days not in (None, "") else "0", "older_than_days", 0, 36_500, errors)
+        return (FailureStatus(status) if status else None), (n or 0)
+
+    # -- actions ---------------------------------------------------------------------------------
+
+    async def _record(self, request: PageRequest) -> FailureRecord:
+        failure_id = str(request.path_params["failure_id"])
+        rec = None
+        if len(failure_id) <= 100:
+            await self.bus.failures.flush()
+            rec = await self.bus.failures.get(failure_id)
+        if rec is None:
+            raise ActionError(f"There is no failure with id {failure_id[:100]!r}.", status=404)
+        return rec
+
+    async def retry(self, request: PageRequest) -> Done:
+        rec = await self._record(request)
+        if rec.status != FailureStatus.PENDING:
+            raise ActionError(
+                f"Failure {rec.id} is {rec.status.value}; only pending failures are retried."
+            )
+        report = await self.bus.retry_failures(
+            event=rec.event_name, listener=rec.listener, max_attempts=self.max_attempts
+        )
+        mine = next((i for i in report.items if i.failure_id == rec.id), None)
+        if mine is None:
+            message = f"Failure {rec.id} was not retried (no longer pending)."
+        else:
+            reason = f": {mine.reason}" if mine.reason else ""
+            message = f"Retried {rec.listener} for {rec.event_name}: {mine.result}{reason}."
+        others = len(report.items) - (mine is not None)
+        if others:
+            message += f" {others} other pending failure(s) of the same listener and event: "
+            message += _tally(report.items, exclude=rec.id) + "."
+        return Done(message, target=rec.id, back=request.url(f"/failures/{rec.id}"))
+
+    async def retry_matching(self, request: PageRequest) -> Done:
+        event = request.field("event", max_length=MAX_NAME) or None
+        listener = request.field("listener", max_length=MAX_NAME) or None
+        report = await self.bus.retry_failures(
+            event=event, listener=listener, max_attempts=self.max_attempts
+        )
+        if not report.items:
+            raise ActionError("No pending failure matches; nothing was retried.")
+        target = f"event={event or '*'} listener={listener or '*'}"
+        return Done(f"{report}.", target=target)
+
+    async def resolve(self, request: PageRequest) -> Done:
+        rec = await self._record(request)
+        note = request.field("note", max_length=MAX_NOTE)
+        if not note:
+            raise ActionError("Write a note saying why this failure is resolved.")
+        if rec.status == FailureStatus.RESOLVED:
+            raise ActionError(f"Failure {rec.id} is already resolved.")
+        await self.bus.failures.update(
+            rec.replace(
+                status=FailureStatus.RESOLVED,
+                resolved_at=datetime.now(UTC),
+                note=f"{note} (resolved by {request.user})",
+            )
+        )
+        return Done(
+            f"Marked failure {rec.id} resolved.",
+            target=rec.id,
+            back=request.url(f"/failures/{rec.id}"),
+        )
+
+    async def purge(self, request: PageRequest) -> Done:
+        errors: list[str] = []
+        status, days = self._purge_args(
+            request.field("status"), request.field("older_than_days"), errors
+        )
+        if errors:
+            raise ActionError("; ".join(errors) + ".")
+        if request.field("confirm") != "yes":
+            raise ActionError("Tick the confirmation box: purged failures cannot be restored.")
+        before = datetime.now(UTC) - timedelta(days=days)
+        removed = await self.bus.failures.purge(status=status, before=before)
+        which = f"{status.value} " if status else ""
+        age = f" older than {days} day(s)" if days else ""
+        return Done(
+            f"Purged {removed} {which}failure(s){age}.",
+            target=f"status={status.value if status else '*'} older_than_days={days}",
+            back=request.url("/failures"),
+        )
+
+
+def _keep(rec: FailureRecord, f: Filters) -> bool:
+    if f.until is not None and rec.last_failed_at >= f.until:
+        return False
+    return f.correlation is None or getattr(rec, "correlation_id", None) == f.correlation
+
+
+def _tally(items: Sequence[object], *, exclude: str) -> str:
+    counts = Counter(
+        getattr(i, "result", "?") for i in items if getattr(i, "failure_id", "") != exclude
+    )
+    return ", ".join(f"{n} {result}" for result, n in sorted(counts.items()))

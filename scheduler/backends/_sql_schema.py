@@ -1,0 +1,89 @@
+"""The run table and the job table (portable types; the UTC column type is eventbus's), and
+the in-place migration that adds the columns newer versions need to tables users already have.
+
+Changes to an existing table are additive only: a new column is nullable (``NULL`` reads as
+its default), and :func:`create_tables` adds what is missing at start, so a replica of the
+newer version can run beside one of the older.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from eventbus.backends.sql import UTCDateTime
+
+__all__ = ["create_tables", "jobs_table", "metadata", "runs_table"]
+
+logger = logging.getLogger("scheduler")
+
+
+metadata = sa.MetaData()
+
+runs_table = sa.Table(
+    "scheduler_runs",
+    metadata,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("id", sa.String(32), nullable=False, unique=True),
+    sa.Column("task_name", sa.String(200), nullable=False),
+    sa.Column("trigger", sa.String(16), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("scheduled_at", UTCDateTime, nullable=True),
+    sa.Column("started_at", UTCDateTime, nullable=False),
+    sa.Column("finished_at", UTCDateTime, nullable=True),
+    sa.Column("expires_at", UTCDateTime, nullable=True),
+    sa.Column("cursor", sa.Text, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("trace_id", sa.String(32), nullable=False),
+    sa.Column("replica", sa.String(200), nullable=False),
+    sa.Column("fence", sa.BigInteger, nullable=True),
+    sa.Column("lock_lost", sa.Boolean, nullable=False, default=False),
+    # added after the first release: nullable, and added in place by create_tables()
+    sa.Column("result", sa.Text, nullable=True),
+    sa.Column("result_repr", sa.Boolean, nullable=True),
+    sa.Index("ix_scheduler_runs_task_seq", "task_name", "seq"),
+    sa.Index("ix_scheduler_runs_status", "status"),
+    sa.Index("ix_scheduler_runs_task_scheduled", "task_name", "scheduled_at"),
+)
+
+jobs_table = sa.Table(
+    "scheduler_jobs",
+    metadata,
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("expr", sa.String(200), nullable=False),
+    sa.Column("tz", sa.String(64), nullable=False, default="UTC"),
+    sa.Column("enabled", sa.Boolean, nullable=False, default=True),
+    sa.Column("payload", sa.Text, nullable=True),
+    # added after the first release: nullable (NULL: not paused), added in place
+    sa.Column("paused", sa.Boolean, nullable=True),
+)
+
+
+async def create_tables(engine: AsyncEngine) -> None:
+    """Create the run and job tables if they do not exist, and add to existing ones the
+    columns and indexes they lack (each logged at WARNING, once)."""
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.create_all, checkfirst=True)
+        await conn.run_sync(_migrate)
+
+
+def _migrate(conn: Connection) -> None:
+    """Add missing nullable columns and missing indexes to the tables that already exist."""
+    inspector = sa.inspect(conn)
+    quote = conn.dialect.identifier_preparer.quote
+    for table in metadata.sorted_tables:
+        present = {c["name"] for c in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name in present:
+                continue
+            assert column.nullable, f"{table.name}.{column.name} must be nullable to be added"
+            kind = column.type.compile(dialect=conn.dialect)
+            conn.execute(
+                sa.text(f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(column.name)} {kind}")
+            )
+            logger.warning("added column %s.%s to the existing table", table.name, column.name)
+        for index in table.indexes:  # IF NOT EXISTS: replicas may race to create it
+            conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))

@@ -1,0 +1,267 @@
+"""The scheduler's pages in the operator console (``eventbus.console``): jobs and runs.
+
+* **Jobs**: every job with its schedule, zone, next fire times (in its zone and in UTC),
+  paused flag and last run; trigger, pause and resume it.
+* **Runs**: the run table, filtered by job and status, with duration, replica, fence and
+  error, and a chart of durations and outcomes over time.
+
+Needs the ``web`` extra. ``scheduler_pages(sched)`` gives both.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, get_args
+
+from starlette.responses import Response
+
+from eventbus.console import (
+    Action,
+    ActionError,
+    Bar,
+    ConsolePage,
+    Done,
+    PageRequest,
+    Panel,
+    View,
+    bar_chart,
+    parse_int,
+)
+
+from ._exceptions import JobLookupError
+from ._loop import Scheduler
+from ._records import RunRecord, RunStatus
+
+__all__ = ["JobsPage", "RunsPage", "scheduler_pages"]
+
+TEMPLATES = ("scheduler", "console_templates")
+STATUSES: tuple[str, ...] = get_args(RunStatus)
+PER_PAGE = 50
+MAX_RUNS = 5_000
+CHART_RUNS = 60
+NEXT_FIRES = 3
+
+
+def run_duration(run: RunRecord) -> float | None:
+    """Seconds from start to finish, or ``None`` while it runs."""
+    if run.finished_at is None:
+        return None
+    return max(0.0, (run.finished_at - run.started_at).total_seconds())
+
+
+def run_outcome(run: RunRecord) -> str:
+    """One line: the status, and the error or the reason of a skip."""
+    if run.status == "succeeded":
+        return "succeeded"
+    return f"{run.status}: {run.error}" if run.error else run.status
+
+
+def runs_chart(runs: Sequence[RunRecord], *, label: str) -> Any:
+    """A bar per run, oldest on the left: its duration, coloured by its outcome."""
+    bars = []
+    for run in sorted(runs, key=lambda r: r.started_at):
+        seconds = run_duration(run) or 0.0
+        shown = f"{seconds:.3f} s" if run.finished_at else "still running"
+        bars.append(
+            Bar(
+                "",
+                {run.status: seconds},
+                f"{run.task_name} at {run.started_at:%Y-%m-%d %H:%M:%S} UTC ({run.trigger}): "
+                f"{run_outcome(run)}, {shown}",
+            )
+        )
+    return bar_chart(bars, label=label, unit=" s")
+
+
+class JobsPage:
+    """Every job of *sched*, with the actions an operator takes on one."""
+
+    slug = "jobs"
+    title = "Jobs"
+    templates: tuple[str, str] | None = TEMPLATES
+
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+
+    def __repr__(self) -> str:
+        return f"JobsPage(scheduler={self.sched!r})"
+
+    def routes(self) -> Sequence[View | Action]:
+        return [
+            View("", self.index, "jobs.list"),
+            Action("/{name:path}/trigger", self.trigger, "jobs.trigger"),
+            Action("/{name:path}/pause", self.pause, "jobs.pause"),
+            Action("/{name:path}/resume", self.resume, "jobs.resume"),
+            View("/{name:path}", self.detail, "jobs.detail"),
+        ]
+
+    async def panel(self, request: PageRequest) -> Panel:
+        jobs = self.sched.jobs()
+        paused = [j for j in jobs if await self.sched.is_paused(j)]
+        failed = [j for j in jobs if j.last_run is not None and j.last_run.status == "failed"]
+        stats = self.sched.statistics()
+        return Panel(
+            title=self.title,
+            href=request.url("/jobs"),
+            rows=[
+                ("jobs", len(jobs)),
+                ("paused", len(paused)),
+                ("running now", stats.running),
+                ("last run failed", len(failed)),
+            ],
+            alert=bool(failed),
+        )
+
+    async def _rows(self) -> list[dict[str, Any]]:
+        rows = []
+        for job in self.sched.jobs():
+            fires = self.sched.next_fire_times(job.name, NEXT_FIRES)
+            rows.append(
+                {
+                    "job": job,
+                    "paused": await self.sched.is_paused(job),
+                    "fires": [(f, f.astimezone(UTC)) for f in fires],
+                    "last": job.last_run,
+                    "last_duration": run_duration(job.last_run) if job.last_run else None,
+                }
+            )
+        return rows
+
+    async def index(self, request: PageRequest) -> Response:
+        return request.render("scheduler_jobs.html", rows=await self._rows(), utc=UTC)
+
+    def _job(self, request: PageRequest) -> Any:
+        name = str(request.path_params["name"])
+        try:
+            return self.sched.get(name)
+        except JobLookupError:
+            raise ActionError(f"There is no job named {name[:200]!r}.", status=404) from None
+
+    async def detail(self, request: PageRequest) -> Response:
+        job = self._job(request)
+        runs = await self.sched.runs.query(task_name=job.name, limit=CHART_RUNS)
+        fires = self.sched.next_fire_times(job.name, 10)
+        return request.render(
+            "scheduler_job.html",
+            job=job,
+            paused=await self.sched.is_paused(job),
+            fires=[(f, f.astimezone(UTC)) for f in fires],
+            runs=runs,
+            durations={r.id: run_duration(r) for r in runs},
+            chart=runs_chart(runs, label=f"Duration of the last {len(runs)} runs of {job.name}")
+            if runs
+            else None,
+        )
+
+    async def trigger(self, request: PageRequest) -> Done:
+        job = self._job(request)
+        run = await self.sched.trigger(job.name)
+        seconds = run_duration(run)
+        took = f" in {seconds:.2f} s" if seconds is not None else ""
+        return Done(
+            f"Ran {job.name} now: {run_outcome(run)}{took}.",
+            target=job.name,
+            back=request.url(f"/jobs/{job.name}"),
+        )
+
+    async def pause(self, request: PageRequest) -> Done:
+        job = self._job(request)
+        if await self.sched.is_paused(job):
+            raise ActionError(f"Job {job.name!r} is already paused.")
+        await self.sched.pause(job.name)
+        return Done(
+            f"Paused {job.name}: its fires are recorded as skipped until it is resumed.",
+            target=job.name,
+            back=request.url("/jobs"),
+        )
+
+    async def resume(self, request: PageRequest) -> Done:
+        job = self._job(request)
+        if not await self.sched.is_paused(job):
+            raise ActionError(f"Job {job.name!r} is not paused.")
+        await self.sched.resume(job.name)
+        return Done(
+            f"Resumed {job.name} from its next fire on.", target=job.name, back=request.url("/jobs")
+        )
+
+
+class RunsPage:
+    """The run table of *sched*: every run and skipped fire, newest first."""
+
+    slug = "runs"
+    title = "Runs"
+    templates: tuple[str, str] | None = TEMPLATES
+
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+
+    def __repr__(self) -> str:
+        return f"RunsPage(scheduler={self.sched!r})"
+
+    def routes(self) -> Sequence[View | Action]:
+        return [View("", self.index, "runs.list")]
+
+    async def panel(self, request: PageRequest) -> Panel:
+        since = datetime.now(UTC) - timedelta(hours=24)
+        recent = [r for r in await self.sched.runs.query(limit=MAX_RUNS) if r.started_at >= since]
+        counts = Counter(r.status for r in recent)
+        return Panel(
+            title=self.title,
+            href=request.url("/runs"),
+            rows=[(f"{s} (24 h)", counts.get(s, 0)) for s in ("succeeded", "failed", "skipped")],
+            alert=bool(counts.get("failed") or counts.get("abandoned")),
+        )
+
+    async def index(self, request: PageRequest) -> Response:
+        q = request.query
+        errors: list[str] = []
+        job = (q.get("job") or "").strip() or None
+        if job is not None and len(job) > 200:
+            errors.append(f"job is {len(job)} characters long; at most 200")
+            job = None
+        status = q.get("status") or None
+        if status is not None and status not in STATUSES:
+            errors.append(f"status must be one of {', '.join(STATUSES)}, not {status[:40]!r}")
+            status = None
+        page = parse_int(q.get("page"), "page", 1, MAX_RUNS // PER_PAGE, errors) or 1
+        runs: list[RunRecord] = []
+        if not errors:
+            runs = await self.sched.runs.query(
+                task_name=job,
+                status=status,  # type: ignore[arg-type]  # checked against RunStatus above
+                limit=page * PER_PAGE + 1,
+            )
+        start = (page - 1) * PER_PAGE
+        shown = runs[start : start + PER_PAGE]
+        query = {"job": job or "", "status": status or ""}
+        chart_runs = runs[:CHART_RUNS] if page == 1 else shown
+        return request.render(
+            "scheduler_runs.html",
+            status=400 if errors else 200,
+            errors=errors,
+            runs=shown,
+            durations={r.id: run_duration(r) for r in shown},
+            jobs=[j.name for j in self.sched.jobs()],
+            statuses=STATUSES,
+            form=query,
+            first=start + 1,
+            chart=runs_chart(
+                chart_runs,
+                label=f"Duration and outcome of {len(chart_runs)} runs, oldest on the left",
+            )
+            if chart_runs
+            else None,
+            prev_url=request.url("/runs", **query, page=page - 1) if page > 1 else None,
+            next_url=(
+                request.url("/runs", **query, page=page + 1)
+                if len(runs) > start + PER_PAGE
+                else None
+            ),
+        )
+
+
+def scheduler_pages(sched: Scheduler) -> list[ConsolePage]:
+    """The scheduler's pages for *sched*: jobs, then runs."""
+    return [JobsPage(sched), RunsPage(sched)]

@@ -1,0 +1,134 @@
+"""Helpers of the console tests: signing in with httpx, reading forms, a live server for the
+browser, and headless Chromium driven by selenium.
+
+The live server runs uvicorn in a thread of its own (its own event loop), because selenium's
+calls block: the test thread drives the browser, the server thread serves it.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+TOKEN = "console-token-for-tests"
+
+_NONCE = re.compile(r'name="nonce" value="([^"]+)"')
+_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+def field_of(pattern: re.Pattern[str], page: str) -> str:
+    found = pattern.search(page)
+    assert found is not None, f"no {pattern.pattern!r} in the page"
+    return html.unescape(found.group(1))
+
+
+def csrf_of(page: str) -> str:
+    """The CSRF token of the first form of a console page."""
+    return field_of(_CSRF, page)
+
+
+async def login(client: httpx.AsyncClient, base: str = "/ops", user: str = "ann") -> str:
+    """Sign in through the login form; return the session's CSRF token."""
+    form = await client.get(f"{base}/login")
+    assert form.status_code == 200
+    done = await client.post(
+        f"{base}/login",
+        data={"nonce": field_of(_NONCE, form.text), "user": user, "token": TOKEN},
+    )
+    assert done.status_code == 303, done.text
+    overview = await client.get(f"{base}/")
+    assert overview.status_code == 200
+    return csrf_of(overview.text)
+
+
+def result_banner(page: str) -> str:
+    """The text of the banner that shows an action's result (empty when there is none)."""
+    found = re.search(r'id="result">(.*?)<small', page, re.S)
+    return html.unescape(found.group(1)).strip() if found else ""
+
+
+class LiveServer:
+    """*app* under uvicorn on a free loopback port, in a thread, lifespan included."""
+
+    def __init__(self, app: Any) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, lifespan="on", log_level="warning", ws="none", http="h11")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+
+    def __enter__(self) -> LiveServer:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the live server did not start (see the log above)")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(20)
+        self.sock.close()
+
+
+#: The flags that make Debian's Chromium work as root on a closed network.
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+)
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """A headless Chromium session with a fresh profile; skipped when it is not installed
+    (failed under CI, which must run it: ``make test`` installs it)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    binary = shutil.which("chromium")
+    driver_path = shutil.which("chromedriver")
+    if binary is None or driver_path is None:
+        message = "chromium and chromedriver are not installed (make servers installs them)"
+        if os.environ.get("CI"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    with tempfile.TemporaryDirectory(prefix="console-chromium-") as profile:
+        options.add_argument(f"--user-data-dir={profile}")
+        options.add_argument("--window-size=1280,900")
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+        driver = webdriver.Chrome(options=options, service=Service(driver_path))
+        driver.set_page_load_timeout(20)
+        try:
+            yield driver
+        finally:
+            driver.quit()

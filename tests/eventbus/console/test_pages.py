@@ -1,0 +1,341 @@
+"""The failures and bus pages over HTTP: filters, pages, the detail, and the actions."""
+
+from __future__ import annotations
+
+import html
+import re
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+
+from eventbus import EventBus, FailureStatus
+from eventbus.console import Bar, bar_chart, line_chart, time_buckets
+from tests.console_support import login, result_banner
+from tests.eventbus.console.conftest import Invoicer, make_bus
+from tests.eventbus.helpers import OrderPaid, OrderShipped
+
+
+@pytest.fixture
+def bus(invoicer: Invoicer) -> EventBus:
+    bus = make_bus(invoicer)
+
+    @bus.on(OrderShipped, name="tests:label")
+    def label(event: OrderShipped) -> None:
+        raise KeyError(event.order_id)
+
+    return bus
+
+
+@pytest.fixture
+async def csrf(client: httpx.AsyncClient) -> str:
+    return await login(client)
+
+
+def rows_of(page: str) -> list[str]:
+    """The failure ids linked from a failures list, in order."""
+    return list(dict.fromkeys(re.findall(r'href="/ops/failures/([0-9a-f]{32})"', page)))
+
+
+# -- the list ------------------------------------------------------------------------------------
+
+
+async def test_the_list_shows_failures_newest_first_and_filters_them(
+    bus: EventBus, client: httpx.AsyncClient, csrf: str
+) -> None:
+    bus.emit(OrderPaid(order_id=1, user_id=1))
+    bus.emit(OrderShipped(order_id=2))
+    paid, shipped = (
+        (await bus.failures.query(event="order.paid"))[0],
+        (await bus.failures.query(event="order.shipped"))[0],
+    )
+    page = (await client.get("/ops/failures")).text
+    assert rows_of(page) == [shipped.id, paid.id]
+    assert "invoice service down for order 1" in page
+    by_event = (await client.get("/ops/failures", params={"event": "order.paid"})).text
+    assert rows_of(by_event) == [paid.id]
+    by_listener = (await client.get("/ops/failures", params={"listener": "tests:label"})).text
+    assert rows_of(by_listener) == [shipped.id]
+    await bus.failures.update(paid.replace(status=FailureStatus.DEAD))
+    dead = (await client.get("/ops/failures", params={"status": "dead"})).text
+    assert rows_of(dead) == [paid.id]
+
+
+async def test_the_time_filters_keep_what_failed_in_the_window(
+    bus: EventBus, client: httpx.AsyncClient, csrf: str
+) -> None:
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    for order_id, hours in enumerate([5, 3, 1]):
+        bus.emit(OrderPaid(order_id=order_id, user_id=1))
+        [rec] = await bus.failures.query(limit=1)
+        at = now - timedelta(hours=hours)
+        await bus.failures.update(rec.replace(first_failed_at=at, last_failed_at=at))
+    ids = [r.id for r in await bus.failures.query()]  # by insertion: orders 2, 1, 0
+    window = {
+        "since": (now - timedelta(hours=4)).strftime("%Y-%m-%dT%H:%M"),
+        "until": (now - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M"),
+    }
+    page = (await client.get("/ops/failures", params=window)).text
+    assert rows_of(page) == [ids[1]]
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        pytest.param(
+            {"status": "bogus"}, "status must be one of pending, resolved, dead", id="status"
+        ),
+        pytest.param({"since": "yesterday"}, "since must be a date and time", id="since"),
+        pytest.param({"until": "2026-13-45T99:00"}, "until must be a date and time", id="until"),
+        pytest.param(
+            {"since": "2026-12-02T00:00", "until": "2026-12-01T00:00"},
+            "since must be before until",
+            id="reversed",
+        ),
+        pytest.param({"page": "0"}, "page must be from 1 to 10000", id="page-zero"),
+        pytest.param({"page": "x" * 5000}, "page must be a whole number", id="page-huge"),
+        pytest.param({"event": "e" * 400}, "event is 400 characters long", id="long-event"),
+    ],
+)
+async def test_bad_filters_are_a_400_with_a_message(
+    client: httpx.AsyncClient, csrf: str, params: dict[str, str], message: str
+) -> None:
+    r = await client.get("/ops/failures", params=params)
+    assert r.status_code == 400
+    assert message in r.text
+
+
+async def test_the_list_is_paginated_by_50(
+    bus: EventBus, client: httpx.AsyncClient, csrf: str
+) -> None:
+    for order_id in range(120):
+        bus.emit(OrderPaid(order_id=order_id, user_id=1))
+    newest_first = [r.id for r in await bus.failures.query(limit=None)]
+    first = (await client.get("/ops/failures")).text
+    assert rows_of(first) == newest_first[:50]
+    assert 'rel="next"' in first and 'rel="prev"' not in first
+    third = (await client.get("/ops/failures", params={"page": "3"})).text
+    assert rows_of(third) == newest_first[100:]
+    assert 'rel="next"' not in third and 'rel="prev"' in third
+    assert "101–120" in third
+
+
+# -- the detail ----------------------------------------------------------------------------------
+
+
+async def test_the_detail_shows_payload_traceback_and_attempts(
+    bus: EventBus, client: httpx.AsyncClient, csrf: str
+) -> None:
+    bus.emit(OrderPaid(order_id=42, user_id=7))
+    [rec] = await bus.failures.query()
+    page = (await client.get(f"/ops/failures/{rec.id}")).text
+    assert "ConnectionError" in page
+    assert "&#34;order_id&#34;: 42" in page  # the payload, indented JSON
+    assert 'id="traceback">Traceback (most recent call last):' in page
+    assert "in __call__" in page
+    assert "<dt>Attempts</dt><dd>1</dd>" in page
+
+
+async def test_an_unknown_failure_is_a_404_page(client: httpx.AsyncClient, csrf: str) -> None:
+    for failure_id in ["0" * 32, "x" * 500]:
+        r = await client.get(f"/ops/failures/{failure_id}")
+        assert r.status_code == 404
+        assert "There is no failure with id" in r.text
+
+
+# -- actions -------------------------------------------------------------------------------------
+
+
+async def test_retry_after_the_listener_was_fixed_resolves_the_failure(
+    bus: EventBus, client: httpx.AsyncClient, csrf: str, invoicer: Invoicer
+) -> None:
+    bus.emit(OrderPaid(order_id=42, user_id=7))
+    [rec] = await bus.failures.query()
+    r = await client.post(f"/ops/failures/{rec.id}/retry", data={"csrf": csrf})
+    assert r.status_code == 303
+    page = (await client.get(r.headers["location"])).text
+    assert "failed: ConnectionError: invoice service down for order 42" in result_banner(page)
+    assert "<dt>Attempts</dt><dd>2</dd>" in page
+    invoicer.broken = False
+    r = await client.post(f"/ops/failures/{rec.id}/retry", data={"csrf": csrf})
+    page = (await client.get(r.headers["location"])).text
+    assert result_banner(page) == "Retried tests:invoice for order.paid: resolved."
+    assert 'id="failure-status"><span class="status s-resolved">resolved' in page
+    assert invoicer.invoiced == [42]
+    r = await client.post(f"/ops/failures/{rec.id}/retry", data={"csrf": csrf})
+    assert r.status_code == 400
+    assert "is resolved; only pending failures are retried" in r.text
+
+
+async def test_retry_names_the_other_failures_it_retried(
+    bus: EventBus, client: httpx.AsyncClient, csrf: str, invoicer: Invoicer
+) -> None:
+    bus.emit(OrderPaid(order_id=1, user_id=7))
+    bus.emit(OrderPaid(order_id=2, user_id=7))
+    newest = (await bus.failures.query())[0]
+    invoicer.broken = False
+    r = await client.post(f"/ops/failures/{newest.id}/retry", data={"csrf": csrf})
+    banner = result_banner((await client.get(r.headers["location"])).text)
+    assert banner.endswith(
+        "resolved. 1 other pending failure(s) of the same listener and event: 1 resolved."
+    )
+
+
+async def test_retry_matching_retries_the_filtered_pending_failures(
+    bus: EventBus, client: httpx.AsyncClient, csrf: str, invoicer: Invoicer
+) -> None:
+    bus.emit(OrderPaid(order_id=1, user_id=7))
+    bus.emit(OrderShipped(order_id=2))
+    invoicer.broken = False
+    r = await client.post(
+        "/ops/failures/retry", data={"csrf": csrf, "event": "order.paid", "listener": ""}
+    )
+    assert r.status_code == 303
+    banner = result_banner((await client.get(r.headers["location"])).text)
+    assert banner == "1 retried: 1 resolved, 0 failed again, 0 dead, 0 skipped."
+    r = await client.post("/ops/failures/retry", data={"csrf": csrf, "event": "order.paid"})
+    assert r.status_code == 400
+    assert "No pending failure matches" in r.text
+
+
+async def test_resolve_needs_a_note_and_records_it_with_the_user(
+    bus: EventBus, client: httpx.AsyncClient, csrf: str
+) -> None:
+    bus.emit(OrderPaid(order_id=1, user_id=7))
+    [rec] = await bus.failures.query()
+    path = f"/ops/failures/{rec.id}/resolve"
+    r = await client.post(path, data={"csrf": csrf, "note": "   "})
+    assert r.status_code == 400
+    assert "Write a note saying why" in r.text
+    r = await client.post(path, data={"csrf": csrf, "note": "n" * 501})
+    assert r.status_code == 400
+    assert "the field 'note' is 501 characters long; at most 500" in html.unescape(r.text)
+    assert (await bus.failures.get(rec.id)).status == FailureStatus.PENDING  # type: ignore[union-attr]
+    r = await client.post(path, data={"csrf": csrf, "note": "refunded by hand"})
+    assert r.status_code == 303
+    done = await bus.failures.get(rec.id)
+    assert done is not None
+    assert (done.status, done.note) == (
+        FailureStatus.RESOLVED,
+        "refunded by hand (resolved by ann)",
+    )
+    assert done.resolved_at is not None
+    r = await client.post(path, data={"csrf": csrf, "note": "again"})
+    assert r.status_code == 400
+    assert "already resolved" in r.text
+
+
+async def test_purge_asks_for_confirmation_then_deletes_what_it_counted(
+    bus: EventBus, client: httpx.AsyncClient, csrf: str
+) -> None:
+    for order_id in range(3):
+        bus.emit(OrderPaid(order_id=order_id, user_id=7))
+    rows = await bus.failures.query()
+    old = datetime.now(UTC) - timedelta(days=40)
+    for rec in rows[:2]:
+        await bus.failures.update(
+            rec.replace(status=FailureStatus.RESOLVED, first_failed_at=old, last_failed_at=old)
+        )
+    confirm = await client.get(
+        "/ops/failures/purge", params={"status": "resolved", "older_than_days": "30"}
+    )
+    assert '<p id="purge-count"><strong>2</strong> resolved failure(s)' in confirm.text
+    data = {"csrf": csrf, "status": "resolved", "older_than_days": "30"}
+    r = await client.post("/ops/failures/purge", data=data)
+    assert r.status_code == 400
+    assert "Tick the confirmation box" in r.text
+    assert len(await bus.failures.query()) == 3
+    r = await client.post("/ops/failures/purge", data=data | {"confirm": "yes"})
+    assert r.status_code == 303
+    assert result_banner((await client.get(r.headers["location"])).text) == (
+        "Purged 2 resolved failure(s) older than 30 day(s)."
+    )
+    assert [r.id for r in await bus.failures.query()] == [rows[2].id]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        pytest.param({"status": "gone"}, "status must be one of", id="status"),
+        pytest.param({"older_than_days": "-1"}, "older_than_days must be a whole number", id="neg"),
+        pytest.param(
+            {"older_than_days": "99999"}, "older_than_days must be from 0 to 36500", id="big"
+        ),
+    ],
+)
+async def test_purge_refuses_bad_input_on_both_forms(
+    bus: EventBus, client: httpx.AsyncClient, csrf: str, data: dict[str, str], message: str
+) -> None:
+    bus.emit(OrderPaid(order_id=1, user_id=7))
+    r = await client.get("/ops/failures/purge", params=data)
+    assert r.status_code == 400
+    assert message in r.text
+    r = await client.post("/ops/failures/purge", data={"csrf": csrf, "confirm": "yes"} | data)
+    assert r.status_code == 400
+    assert message in r.text
+    assert len(await bus.failures.query()) == 1
+
+
+# -- the bus page and the overview --------------------------------------------------------------
+
+
+async def test_the_bus_page_lists_listeners_with_their_failure_counts(
+    bus: EventBus, client: httpx.AsyncClient, csrf: str
+) -> None:
+    bus.emit(OrderPaid(order_id=1, user_id=7))
+    bus.emit(OrderPaid(order_id=2, user_id=7))
+    bus.emit(OrderShipped(order_id=3))
+    page = (await client.get("/ops/bus")).text
+    row = re.search(
+        r'<td class="mono">order.paid</td>\s*<td class="mono"><a[^>]*>tests:invoice</a>.*?</tr>',
+        page,
+        re.S,
+    )
+    assert row is not None
+    assert re.findall(r'<td class="num">(\d*)</td>', row.group(0)) == ["2", "", ""]
+    assert "<dt>Failures since start</dt><dd>3</dd>" in page
+    assert "<dt>Running</dt><dd>yes</dd>" in page
+    assert page.count("<rect") > 48  # the chart: a box per bucket, bars for the failures
+    r = await client.get("/ops/bus", params={"window": "1y"})
+    assert r.status_code == 400
+    assert "window must be one of 1h, 24h, 7d" in r.text
+
+
+async def test_the_overview_shows_the_panels(
+    bus: EventBus, client: httpx.AsyncClient, csrf: str
+) -> None:
+    bus.emit(OrderPaid(order_id=1, user_id=7))
+    page = (await client.get("/ops/")).text
+    assert "<dt>pending</dt><dd>1</dd>" in page
+    assert "<dt>dropped</dt><dd>0</dd>" in page
+
+
+# -- charts --------------------------------------------------------------------------------------
+
+
+def test_time_buckets_count_each_stamp_in_its_bucket() -> None:
+    end = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    stamps = [
+        (end - timedelta(minutes=59, seconds=30), "dead"),  # first bucket
+        (end - timedelta(seconds=1), "pending"),  # last bucket
+        (end - timedelta(seconds=2), "pending"),
+        (end - timedelta(hours=2), "pending"),  # before the window: not counted
+        (end, "pending"),  # the end is excluded
+    ]
+    bars = time_buckets(stamps, end=end, span=timedelta(hours=1), count=60)
+    assert len(bars) == 60
+    assert bars[0].values == {"dead": 1}
+    assert bars[-1].values == {"pending": 2}
+    assert sum(sum(b.values.values()) for b in bars) == 3
+
+
+def test_charts_escape_their_text_and_scale_to_the_largest_bar() -> None:
+    svg = bar_chart([Bar("<b>", {"<x>": 3}), Bar("b", {"<x>": 1})], label="a & b")
+    assert "<b>" not in svg and "&lt;b&gt;" in svg and 'aria-label="a &amp; b"' in svg
+    bars = r'<rect x="[\d.]+" y="[\d.]+" width="[\d.]+" height="([\d.]+)" fill="#'
+    heights = [float(h) for h in re.findall(bars, svg)]
+    assert len(heights) == 2
+    assert heights[0] == pytest.approx(3 * heights[1], rel=0.01)
+    t = datetime(2026, 12, 1, tzinfo=UTC)
+    line = line_chart({"<a>": [(t, 1), (t + timedelta(hours=1), 2)]}, label="views")
+    assert "<polyline" in line and "&lt;a&gt;: 2 at 2026-12-01 01:00:00 UTC" in line

@@ -1,0 +1,193 @@
+"""Failure records: the traceback taken cheaply when a listener fails, and the text it becomes.
+
+The bus keeps a listener's traceback without formatting it and renders the text when the
+record's ``traceback`` is first read. These tests pin that the text is exactly what
+:func:`traceback.format_exception` gives, whatever the exception looks like, and that no frame
+(with its locals) outlives the failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import logging
+import pickle
+import sys
+import traceback
+import weakref
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from eventbus import EventBus, FailureRecord, ListenerErrors, MemoryFailureStore
+from tests.eventbus.helpers import OrderPaid, reg
+
+PAID = OrderPaid(order_id=1, user_id=7)
+
+
+def record_of(exc: BaseException) -> FailureRecord:
+    return FailureRecord.from_exception(event=PAID, event_id="e1", listener="l", exc=exc)
+
+
+def caught(fn: Callable[[], object]) -> BaseException:
+    try:
+        fn()
+    except BaseException as exc:
+        return exc
+    raise AssertionError("did not raise")
+
+
+def plain() -> None:
+    raise ValueError("boom")
+
+
+def with_cause() -> None:
+    try:
+        plain()
+    except ValueError as exc:
+        raise RuntimeError("wrapped") from exc
+
+
+def with_context() -> None:
+    try:
+        plain()
+    except ValueError:
+        raise KeyError("while handling")  # noqa: B904 - the implicit context is the point
+
+
+def suppressed_context() -> None:
+    try:
+        plain()
+    except ValueError:
+        raise KeyError("no context") from None
+
+
+def group() -> None:
+    errors = [e for e in (caught(plain), caught(with_cause)) if isinstance(e, Exception)]
+    raise ExceptionGroup("several", [*errors, ExceptionGroup("inner", [TypeError("t")])])
+
+
+def noted() -> None:
+    exc = ValueError("with notes")
+    exc.add_note("first note")
+    raise exc
+
+
+def syntax() -> None:
+    compile("x = (1,\n", "<snippet>", "exec")
+
+
+def deep(n: int = 30) -> None:
+    if n:
+        deep(n - 1)
+    plain()
+
+
+def caret_expression() -> None:
+    values: dict[str, int] = {}
+    print(values["a"] + values["b"])  # noqa: T201 - never prints: the first lookup fails
+
+
+@pytest.mark.parametrize(
+    "raiser",
+    [
+        pytest.param(plain, id="plain"),
+        pytest.param(with_cause, id="cause"),
+        pytest.param(with_context, id="context"),
+        pytest.param(suppressed_context, id="suppressed-context"),
+        pytest.param(group, id="exception-group"),
+        pytest.param(noted, id="notes"),
+        pytest.param(syntax, id="syntax-error"),
+        pytest.param(deep, id="deep-stack"),
+        pytest.param(caret_expression, id="carets"),
+    ],
+)
+def test_traceback_text_is_what_format_exception_gives(raiser: Callable[[], None]) -> None:
+    exc = caught(raiser)
+    rec = record_of(exc)
+    assert rec.traceback == "".join(traceback.format_exception(exc))
+
+
+def test_a_bus_made_error_without_frames_is_one_line() -> None:
+    rec = record_of(ValueError("no frames"))
+    assert rec.traceback == "ValueError: no frames\n"
+
+
+def test_sys_tracebacklimit_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    exc = caught(deep)
+    monkeypatch.setattr(sys, "tracebacklimit", 3, raising=False)
+    expected = "".join(traceback.format_exception(exc))
+    assert record_of(exc).traceback == expected
+    assert expected.count('File "') == 3
+
+
+def test_a_note_added_after_recording_is_not_in_the_text() -> None:
+    """Under "propagate" the bus adds ``listener: name`` after the record was made."""
+    exc = caught(plain)
+    expected = "".join(traceback.format_exception(exc))
+    rec = record_of(exc)
+    exc.add_note("listener: late")
+    assert rec.traceback == expected
+
+
+def test_text_survives_replace_asdict_equality_and_pickling() -> None:
+    rec = record_of(caught(with_cause))
+    text = "".join(traceback.format_exception(caught(with_cause)))
+    assert dataclasses.asdict(rec)["traceback"].splitlines()[-1] == text.splitlines()[-1]
+    copy = rec.replace(note="x")
+    assert isinstance(copy.traceback, str) and copy.traceback == rec.traceback
+    assert pickle.loads(pickle.dumps(rec)) == rec
+    assert rec == dataclasses.replace(rec)
+
+
+@pytest.fixture
+def quiet_eventbus_log() -> Iterator[None]:
+    """No log records: a record holds the exception, and pytest keeps records (all loggers)."""
+    log = logging.getLogger("eventbus")
+    disabled, log.disabled = log.disabled, True
+    try:
+        yield
+    finally:
+        log.disabled = disabled
+
+
+@pytest.mark.usefixtures("quiet_eventbus_log")
+@pytest.mark.parametrize("listeners", [1, 2], ids=["lone-listener", "generated-dispatch"])
+async def test_a_recorded_failure_keeps_no_frame_alive(listeners: int) -> None:
+    store = MemoryFailureStore()
+    bus = EventBus(reg, store)
+    refs: list[weakref.ref[object]] = []
+
+    class Payload:
+        pass
+
+    def holds_a_local(e: OrderPaid) -> None:
+        local = Payload()
+        refs.append(weakref.ref(local))
+        raise ValueError("boom")
+
+    for i in range(listeners):
+        bus.on(OrderPaid, holds_a_local, name=f"holder{i}")
+    bus.emit(PAID)
+    gc.collect()
+    assert len(refs) == listeners
+    assert all(ref() is None for ref in refs)  # the frames (and their locals) are gone
+    records = await store.query()
+    assert all("in holds_a_local" in r.traceback for r in records)
+
+
+async def test_a_traceback_through_generated_dispatch_shows_its_source(
+    bus: EventBus, store: MemoryFailureStore
+) -> None:
+    def boom(e: OrderPaid) -> None:
+        raise ValueError("boom")
+
+    bus.on(OrderPaid, boom, name="first")
+    bus.on(OrderPaid, boom, name="second", errors="propagate")
+    with pytest.raises(ListenerErrors):
+        bus.emit(PAID)
+    first, second = sorted(await store.query(), key=lambda r: r.listener)
+    assert "in emit_order_paid" in first.traceback
+    assert "if (value := l0(event)) is not None" in first.traceback
+    assert "if (value := l1(event)) is not None" in second.traceback
+    assert "listener: second" not in second.traceback
