@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 RUNTIME       := .venv-runtime
 RUNTIME_STAMP := $(RUNTIME)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint bench servers runtime-deps screenshots clean
+.PHONY: demo demo-durable test lint bench servers runtime-deps screenshots clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -53,9 +53,13 @@ servers:
 demo: $(STAMP)
 	$(BIN)/python -m domain $(DEMO_ARGS)
 
+# Two processes and a throwaway redis-server: order.paid committed by one, handled by the other.
+demo-durable: $(STAMP) servers
+	$(BIN)/python examples/durable_demo.py
+
 lint: $(STAMP)
-	$(BIN)/ruff check eventbus scheduler domain tests benchmarks
-	$(BIN)/ruff format --check eventbus scheduler domain tests benchmarks
+	$(BIN)/ruff check eventbus scheduler domain tests benchmarks examples
+	$(BIN)/ruff format --check eventbus scheduler domain tests benchmarks examples
 	$(BIN)/mypy
 
 test: $(STAMP) servers lint runtime-deps

@@ -31,6 +31,7 @@ from ._events import default_registry as default_registry
 from ._exceptions import BusNotRunningError as BusNotRunningError
 from ._exceptions import DuplicateEventError as DuplicateEventError
 from ._exceptions import DuplicateListenerError as DuplicateListenerError
+from ._exceptions import DurableError as DurableError
 from ._exceptions import EventBusError as EventBusError
 from ._exceptions import InvalidEventNameError as InvalidEventNameError
 from ._exceptions import InvalidPatternError as InvalidPatternError
@@ -57,6 +58,7 @@ __all__ = [
     "BusStatistics",
     "DuplicateEventError",
     "DuplicateListenerError",
+    "DurableError",
     "ErrorPolicy",
     "Event",
     "EventBus",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Self, Unpack, overload
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar, Unpack, overload
 
 from anyio.abc import TaskGroup
 
@@ -22,7 +22,7 @@ from ._calls import checkpoint
 from ._compiler import DispatchCache, Runtime
 from ._emit_async import run_plan
 from ._events import Event, EventRegistry, coerce_event, default_registry
-from ._exceptions import RecursionLimitError
+from ._exceptions import DurableError, RecursionLimitError
 from ._failures import FailureRecord
 from ._lifecycle import TaskGroupHost
 from ._listeners import (
@@ -43,9 +43,12 @@ from .backends.memory import MemoryFailureStore
 
 if TYPE_CHECKING:
     from ._retry import RetryReport
-    from .abc import FailureStore
+    from .abc import DurableTransport, FailureStore
 
 __all__ = ["BusStatistics", "EventBus"]
+
+#: a durable listener as given (it may take ``tx``), returned unchanged by ``on()``
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -76,6 +79,10 @@ class EventBus:
     :param on_failure: a sync callable given each new :class:`FailureRecord` (for alerting);
         its own exceptions are logged, never raised, and failures it causes (it emits, say)
         are recorded without calling it again
+    :param durable: a transport for durable events across processes (e.g.
+        :class:`eventbus.durable.RedisStreams`): enables :meth:`publish` and
+        ``on(..., durable=True)``; it runs in the bus's task group, its dead deliveries go to
+        the bus's failure store, and it emits its lifecycle events on the bus
     :raises TypeError: if *on_failure* is async (the bus would never await it)
     """
 
@@ -83,6 +90,7 @@ class EventBus:
         "__weakref__",
         "_compiled",
         "_dispatch",
+        "_durable",
         "_host",
         "_nesting",
         "_pool",
@@ -105,6 +113,7 @@ class EventBus:
         max_depth: int = 32,
         retry_backoff: float = 0.1,
         on_failure: Callable[[FailureRecord], None] | None = None,
+        durable: DurableTransport | None = None,
     ) -> None:
         if queue_size < 0 or workers < 1 or max_depth < 1 or shutdown_grace < 0:
             raise ValueError(
@@ -125,6 +134,9 @@ class EventBus:
         # event type -> (what emit() calls, what it was compiled from): the hot path's dict
         self._dispatch = self._compiled.entries
         self._host = TaskGroupHost()
+        self._durable = durable
+        if durable is not None:
+            self._bind_durable(durable)
 
     # -- settings -----------------------------------------------------------------------------
 
@@ -178,6 +190,8 @@ class EventBus:
     @failures.setter
     def failures(self, store: FailureStore) -> None:
         self._sink.store = store
+        if self._durable is not None:
+            self._bind_durable(self._durable)
 
     @property
     def retry_backoff(self) -> float:
@@ -192,6 +206,16 @@ class EventBus:
     def running(self) -> bool:
         return self._pool.accepting
 
+    def _bind_durable(self, durable: DurableTransport) -> None:
+        durable.bind(
+            registry=self.registry, failures=self.failures, record=self._sink.add, notify=self.emit
+        )
+
+    @property
+    def durable(self) -> DurableTransport | None:
+        """The transport of durable events, if the bus was given one."""
+        return self._durable
+
     def __repr__(self) -> str:
         return (
             f"EventBus(listeners={len(self._table)}, errors={self.errors!r}, "
@@ -201,6 +225,14 @@ class EventBus:
 
     # -- subscriptions ------------------------------------------------------------------------
 
+    @overload
+    def on(
+        self, event: type[E], /, *, durable: Literal[True], name: str | None = ...
+    ) -> Callable[[F], F]: ...
+    @overload
+    def on(
+        self, event: type[E], listener: F, /, *, durable: Literal[True], name: str | None = ...
+    ) -> F: ...
     @overload
     def on(self, event: type[E], /, **options: Unpack[ListenerOptions]) -> TypedDecorator[E]: ...
     @overload
@@ -225,6 +257,7 @@ class EventBus:
         timeout: float | None = None,
         retries: int = 0,
         errors: ErrorPolicy | None = None,
+        durable: bool = False,
     ) -> Any:
         """Subscribe a listener to an event type, an event name or a wildcard pattern.
 
@@ -236,8 +269,14 @@ class EventBus:
         :param timeout: seconds after which an async listener is cancelled and a timeout recorded
         :param retries: extra attempts before a failure is recorded (recorded once)
         :param errors: this listener's policy; default: the bus's
+        :param durable: deliver the published events of this durable type across processes,
+            through a consumer group of its own (``service:name``; give a stable *name*); the
+            listener may take ``tx``, an open connection whose writes happen once per event.
+            The other options do not apply (retries follow ``DurableOptions``)
         :raises DuplicateListenerError: if another listener on this bus already has that name
         """
+        if durable:
+            return durable_subscriber(self, event, listener, name, once, timeout, retries, errors)
         subscribe = self._table.subscriber(
             event, name=name, once=once, timeout=timeout, retries=retries, errors=errors
         )
@@ -354,6 +393,60 @@ class EventBus:
         plan = self._table.plan(type(event))
         return await run_plan(plan, event, self._compiled.runtime, self._compiled.policy)
 
+    async def publish(
+        self,
+        event: Event,
+        conn: Any,
+        /,
+        *,
+        aggregate_key: str | None = None,
+        causation_id: str | None = None,
+        correlation_id: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> str:
+        """Write a durable event in the caller's open transaction (*conn*, an
+        ``AsyncConnection`` or ``AsyncSession``): once committed, every durable listener of
+        every service gets it at least once; rolled back, none does. In-process listeners
+        are not called (``emit()`` it too for them).
+
+        :param aggregate_key: what the event is about (an order id): listeners that apply
+            events in order compare the envelope's ``seq`` per key
+        :param causation_id: the id of what caused it (an event, a command)
+        :param correlation_id: the id shared by everything one request caused
+        :param headers: small text values carried in the envelope
+        :return: the event id, which the envelope and ``current_delivery()`` carry
+        :raises DurableError: if the bus has no durable transport, or the event's type was
+            not declared ``durable=True``
+        :raises NoTransactionError: if *conn* has no open transaction
+        """
+        return await self._durable_for("publish", event).publish(
+            event,
+            conn,
+            aggregate_key=aggregate_key,
+            causation_id=causation_id,
+            correlation_id=correlation_id,
+            headers=headers,
+        )
+
+    def _durable_for(self, what: str, event: type[Event] | str | Event) -> DurableTransport:
+        cls = event if isinstance(event, type) else type(event)
+        name = getattr(cls, "__event_name__", None) or repr(event)
+        if self._durable is None:
+            raise DurableError(
+                what,
+                name,
+                "the bus has no durable transport; build it with "
+                "EventBus(durable=RedisStreams(...))",
+            )
+        if not (isinstance(cls, type) and issubclass(cls, Event) and cls.__durable__):
+            raise DurableError(
+                what,
+                name,
+                "its type is not declared durable; declare it with "
+                "'class X(Event, name=..., durable=True)', or emit() it in-process",
+            )
+        return self._durable
+
     async def retry_failures(
         self,
         *,
@@ -391,12 +484,16 @@ class EventBus:
     async def _start(self, tg: TaskGroup) -> None:
         await self.failures.start(tg)
         self._pool.start(tg, size=self.queue_size, workers=self.workers)
+        if self._durable is not None:
+            await self._durable.start(tg)
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self._host.close(self._drain)
 
     async def _drain(self) -> None:
         try:
+            if self._durable is not None:  # first: its dead deliveries go to the store
+                await self._durable.aclose()
             await self._pool.drain(self.shutdown_grace)
             self._sink.close()
             await self.failures.aclose()
@@ -411,3 +508,39 @@ class EventBus:
         if self._host.is_open:
             self._host.check_closer(self)
             await self.__aexit__(None, None, None)
+
+
+def durable_subscriber(
+    bus: EventBus,
+    event: type[Event] | str,
+    listener: Callable[..., Any] | None,
+    name: str | None,
+    once: bool,
+    timeout: float | None,
+    retries: int,
+    errors: ErrorPolicy | None,
+) -> Any:
+    """``on(event, durable=True)``: checked now, handed to the durable transport."""
+    if isinstance(event, str):
+        raise DurableError(
+            "on", event, "a durable listener subscribes to one event type, not a name or pattern"
+        )
+    transport = bus._durable_for("on", event)
+    if once or timeout is not None or retries or errors is not None:
+        raise DurableError(
+            "on",
+            event.__event_name__,
+            "once=, timeout=, retries= and errors= do not apply to a durable listener "
+            "(deliveries are retried per DurableOptions, then dead-lettered)",
+        )
+    lname = name
+    if lname is not None and bus.listener(lname) is not None:
+        from ._exceptions import DuplicateListenerError
+
+        raise DuplicateListenerError(lname)
+
+    def subscribe(fn: Callable[..., Any]) -> Callable[..., Any]:
+        transport.subscribe(event, fn, name=lname)
+        return fn
+
+    return subscribe if listener is None else subscribe(listener)

@@ -205,6 +205,8 @@ async def _retry(args: argparse.Namespace) -> int:
     assert isinstance(store, SqlFailureStore)
     await _check_table(store)
     logging.getLogger("eventbus.retry").setLevel(logging.ERROR)  # the report below says it all
+    if bus.durable is not None:
+        bus.durable.active = False  # redeliver dead durable rows; never consume as a replica
     async with bus:
         report = await bus.retry_failures(
             event=args.event,
@@ -214,7 +216,9 @@ async def _retry(args: argparse.Namespace) -> int:
         )
     status = EXIT_ERROR if report.failed or report.dead else EXIT_OK
     if args.json:
-        counts = {k: getattr(report, k) for k in ("resolved", "failed", "dead", "skipped")}
+        counts = {
+            k: getattr(report, k) for k in ("resolved", "failed", "dead", "skipped", "redelivered")
+        }
         _print_json({**counts, "items": [dataclasses.asdict(i) for i in report.items]})
         return status
     for item in report.items:

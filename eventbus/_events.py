@@ -210,6 +210,7 @@ class _EventMeta(type):
         *,
         name: str | None = None,
         registry: EventRegistry | None = None,
+        durable: bool = False,
         **kwargs: Any,
     ) -> _EventMeta:
         if "__dataclass_fields__" in namespace and "__slots__" in namespace:
@@ -217,10 +218,16 @@ class _EventMeta(type):
             return super().__new__(mcls, cls_name, bases, namespace, **kwargs)
         if name is not None:
             validate_name(name)  # before anything is built, so a bad name registers nothing
+        if durable and name is None:
+            raise TypeError(
+                f"{cls_name} is declared durable=True without a name=; a durable event is "
+                "published under its name, so give it one"
+            )
         cls = super().__new__(mcls, cls_name, bases, namespace, **kwargs)
         if not bases:  # Event itself
             return cls
         dc: Any = dataclasses.dataclass(frozen=True, slots=True, kw_only=True)(cls)
+        dc.__durable__ = bool(durable)
         if name is not None:
             reg = registry if registry is not None else default_registry
             dc.__event_name__ = name
@@ -234,6 +241,7 @@ class _EventMeta(type):
     def __init__(cls, *args: Any, **kwargs: Any) -> None:
         kwargs.pop("name", None)
         kwargs.pop("registry", None)
+        kwargs.pop("durable", None)
         super().__init__(*args, **kwargs)
 
 
@@ -242,14 +250,22 @@ class Event(metaclass=_EventMeta):
 
     :param name: the dotted name the event is emitted and subscribed under
     :param registry: where to declare it (default: the module-level ``default_registry``)
+    :param durable: it may be published across processes (``await bus.publish(e, conn)``,
+        see :mod:`eventbus.durable`); it can still be emitted in-process as any event
     """
 
     __slots__ = ()
     __event_name__: ClassVar[str] = ""
     __registry__: ClassVar[EventRegistry] = default_registry
+    __durable__: ClassVar[bool] = False
 
     def __init_subclass__(
-        cls, *, name: str | None = None, registry: EventRegistry | None = None, **kwargs: Any
+        cls,
+        *,
+        name: str | None = None,
+        registry: EventRegistry | None = None,
+        durable: bool = False,
+        **kwargs: Any,
     ) -> None:
         super().__init_subclass__(**kwargs)
 

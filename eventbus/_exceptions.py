@@ -12,6 +12,9 @@ The tree::
      ├── ListenerLookupError         (LookupError)   ``off()`` or a retry names no listener
      ├── BusNotRunningError          (RuntimeError)  async listeners, bus not entered
      ├── RecursionLimitError         (RuntimeError)  nested emits deeper than ``max_depth``
+     ├── DurableError                (TypeError)     durable use of what is not durable
+     ├── NoTransactionError          (RuntimeError)  a durable publish outside a transaction
+     │                                               (in ``eventbus.durable``)
      ├── ListenerTimeoutError        (TimeoutError)  a listener's ``timeout=`` expired
      ├── ListenerDroppedError        a call that never ran (queue full, bus closing)
      ├── ListenerShutdownError       a call that shutdown cut short
@@ -30,6 +33,7 @@ __all__ = [
     "BusNotRunningError",
     "DuplicateEventError",
     "DuplicateListenerError",
+    "DurableError",
     "EventBusError",
     "InvalidEventNameError",
     "InvalidPatternError",
@@ -93,6 +97,15 @@ class DuplicateListenerError(EventBusError, ValueError):
             f"a listener named {name!r} is already subscribed on this bus; "
             "pass a distinct name= (the name identifies it in the failure table and in retries)"
         )
+
+
+class DurableError(EventBusError, TypeError):
+    """A durable operation on what is not durable: a type not declared ``durable=True``, a
+    bus without a durable transport, an option durable listeners do not take."""
+
+    def __init__(self, what: str, name: str, problem: str) -> None:
+        self.name = name
+        super().__init__(f"{what}({name!r}): {problem}")
 
 
 class ListenerLookupError(EventBusError, LookupError):

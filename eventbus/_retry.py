@@ -3,6 +3,10 @@
 A row that cannot be retried (its listener is gone, its event type is no longer declared,
 its payload was not encodable or no longer fits) stays ``pending`` with the reason in its
 ``note``, and is reported as skipped: an operator can fix the code and retry again.
+
+A dead row of a durable listener (its note starts with :data:`DURABLE_NOTE`) is not called
+here: it is handed back to its consumer group (``redelivered``), whose consumers in the
+service's processes run it again; its row stays ``pending`` until one of them succeeds.
 """
 
 from __future__ import annotations
@@ -22,11 +26,14 @@ from ._patterns import matches
 if TYPE_CHECKING:
     from ._bus import EventBus
 
-__all__ = ["RetryItem", "RetryReport", "retry_failures"]
+__all__ = ["DURABLE_NOTE", "RetryItem", "RetryReport", "retry_failures"]
 
 logger = logging.getLogger("eventbus.retry")
 
-RetryResult = Literal["resolved", "failed", "dead", "skipped"]
+RetryResult = Literal["resolved", "failed", "dead", "skipped", "redelivered"]
+
+#: how the note of a durable listener's failure row begins (``durable group=... entry=...``)
+DURABLE_NOTE = "durable "
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -66,14 +73,20 @@ class RetryReport:
         return self._count("dead")
 
     @property
+    def redelivered(self) -> int:
+        """Dead rows of durable listeners handed back to their consumer group."""
+        return self._count("redelivered")
+
+    @property
     def skipped(self) -> int:
         """Rows that could not be retried; still ``pending``, with the reason in ``note``."""
         return self._count("skipped")
 
     def __str__(self) -> str:
+        redelivered = f", {self.redelivered} redelivered" if self.redelivered else ""
         return (
             f"{len(self.items)} retried: {self.resolved} resolved, {self.failed} failed again, "
-            f"{self.dead} dead, {self.skipped} skipped"
+            f"{self.dead} dead, {self.skipped} skipped{redelivered}"
         )
 
 
@@ -95,12 +108,21 @@ async def retry_failures(
     :param listener: only rows of this listener name
     :param limit: at most this many rows (the newest ones, tried oldest first)
     :param max_attempts: a row that has failed this many times becomes ``dead``
+
+    With a durable transport, dead rows of durable listeners (up to *limit* more) are handed
+    back to their consumer groups too (see the module docstring).
     """
     if max_attempts < 1:
         raise ValueError(f"max_attempts={max_attempts!r} must be >= 1")
     rows = await bus.failures.query(
         status=FailureStatus.PENDING, event=event, listener=listener, limit=limit
     )
+    if bus.durable is not None:
+        dead = await bus.failures.query(
+            status=FailureStatus.DEAD, event=event, listener=listener, limit=limit
+        )
+        rows += [r for r in dead if (r.note or "").startswith(DURABLE_NOTE)]
+        rows.sort(key=lambda r: r.last_failed_at, reverse=True)
     items: list[RetryItem] = []
     for rec in reversed(rows):
         item = await _retry_one(bus, rec, max_attempts)
@@ -118,6 +140,8 @@ async def retry_failures(
 
 
 async def _retry_one(bus: EventBus, rec: FailureRecord, max_attempts: int) -> RetryItem:
+    if (rec.note or "").startswith(DURABLE_NOTE):
+        return await _redeliver(bus, rec)
     reason = _why_not_retryable(bus, rec)
     if reason is None:
         try:
@@ -173,3 +197,22 @@ def _why_not_retryable(bus: EventBus, rec: FailureRecord) -> str | None:
     if not matches(sub.pattern, rec.event_name):
         return f"listener {rec.listener!r} is subscribed to {sub.pattern!r}, not {rec.event_name!r}"
     return None
+
+
+async def _redeliver(bus: EventBus, rec: FailureRecord) -> RetryItem:
+    """A durable listener's row: dead ones go back to their group; pending ones are there
+    already (redelivered before, awaiting the outcome) and are left as they are."""
+    durable = bus.durable
+    if rec.status is not FailureStatus.DEAD or durable is None:
+        reason = "a durable delivery redelivered to its group, awaiting the outcome"
+        if durable is None:
+            reason = "a durable listener's failure, and this bus has no durable transport"
+        return RetryItem(rec.id, rec.event_name, rec.listener, "skipped", rec.attempts, reason)
+    try:
+        entry = await durable.redeliver(rec)
+    except Exception as exc:
+        reason = f"could not redeliver: {qualified_type(exc)}: {exc}"
+        return RetryItem(rec.id, rec.event_name, rec.listener, "skipped", rec.attempts, reason)
+    return RetryItem(
+        rec.id, rec.event_name, rec.listener, "redelivered", rec.attempts, f"as entry {entry}"
+    )

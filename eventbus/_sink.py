@@ -89,18 +89,33 @@ class FailureSink:
                 exc=exc,
                 attempts=attempts,
             )
+        self.add(rec, exc)
+        return rec
+
+    def add(
+        self, rec: FailureRecord, exc: BaseException | None = None, *, log: bool = True
+    ) -> None:
+        """Count, log (rate-limited), store and announce a record built elsewhere (a durable
+        consumer's dead delivery); nothing here raises to the caller.
+
+        :param exc: the exception, for the log line's traceback
+        :param log: ``False`` when the caller logs the failure its own way
+        """
         self.count += 1
-        if self.limiter.allow(
+        listener = rec.listener
+        if log and self.limiter.allow(
             (listener, rec.error_type), f"listener {listener!r} failing with {rec.error_type}"
         ):
             # A bus-made error (dropped, shutdown) has no frames worth formatting again.
-            framed = exc.__traceback__ is not None or exc.__cause__ is not None
+            framed = exc is not None and (
+                exc.__traceback__ is not None or exc.__cause__ is not None
+            )
             logger.error(
                 "listener %r failed for %r (event_id=%s, attempts=%d): %s: %s",
                 listener,
                 rec.event_name,
-                event_id,
-                attempts,
+                rec.event_id,
+                rec.attempts,
                 rec.error_type,
                 rec.message,
                 exc_info=exc if framed else None,
@@ -123,7 +138,6 @@ class FailureSink:
                 logger.exception("on_failure hook %r raised", hook)
             finally:
                 self._in_hook = False
-        return rec
 
     def close(self) -> None:
         """Log the summary of every log line the rate limit held back (the bus's close)."""

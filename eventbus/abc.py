@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from anyio.abc import TaskGroup
 
+from ._events import Event, EventRegistry
 from ._failures import FailureRecord, FailureStatus
 
-__all__ = ["FailureStore"]
+__all__ = ["DurableTransport", "FailureStore"]
 
 
 @runtime_checkable
@@ -54,3 +56,65 @@ class FailureStore(Protocol):
     async def purge(
         self, *, status: FailureStatus | None = None, before: datetime | None = None
     ) -> int: ...
+
+
+@runtime_checkable
+class DurableTransport(Protocol):
+    """**Protocol:** delivery of durable events across processes (``EventBus(durable=...)``);
+    :class:`eventbus.durable.RedisStreams` is the implementation.
+
+    * ``bind()`` is called once by the bus it is given to: the registry to decode with, the
+      failure store, a callable that records a finished :class:`FailureRecord` through the
+      bus's failure sink (``log=False`` when the transport logged it), and one that emits a
+      lifecycle event.
+    * ``publish()`` writes the event in the caller's open transaction (*conn*), never sends
+      it outside one; ``subscribe()`` adds a durable listener (its own consumer group).
+    * ``start(task_group)`` runs the background work in the bus's task group; ``aclose()``
+      stops it without acknowledging unfinished deliveries. With ``active`` false, start
+      runs nothing (a tool that only redelivers or republishes).
+    * ``redeliver()`` hands one dead durable failure back to its consumer group.
+    """
+
+    active: bool
+
+    def bind(
+        self,
+        *,
+        registry: EventRegistry,
+        failures: FailureStore,
+        record: Callable[..., None],
+        notify: Callable[[Event], None],
+    ) -> None:
+        """Take the bus's registry, failure store, failure sink and ``emit``."""
+        ...
+
+    def subscribe(
+        self, event_type: type[Event], fn: Callable[..., Any], *, name: str | None = None
+    ) -> object:
+        """Add a durable listener of *event_type*."""
+        ...
+
+    async def publish(
+        self,
+        event: Event,
+        conn: Any,
+        *,
+        aggregate_key: str | None = None,
+        causation_id: str | None = None,
+        correlation_id: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> str:
+        """Write *event* in *conn*'s open transaction; return its event id."""
+        ...
+
+    async def start(self, task_group: TaskGroup) -> None:
+        """Run the background work (relay, consumers, janitor) in *task_group*."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop the background work; unfinished deliveries stay unacknowledged."""
+        ...
+
+    async def redeliver(self, failure: FailureRecord) -> str:
+        """Hand one dead durable failure back to its consumer group."""
+        ...

@@ -26,6 +26,7 @@ from redis.exceptions import RedisError
 from .._codec import decode_payload
 from .._events import Event
 from .._failures import FailureRecord, FailureStatus, safe_str
+from .._retry import DURABLE_NOTE
 from ._context import Delivery, delivery_var
 from ._envelope import DeadInfo, Envelope
 from ._events import DeadLettered
@@ -47,7 +48,7 @@ def failure_id(group: str, stream: str, entry_id: str) -> str:
 
 def parse_note(note: str | None) -> dict[str, str] | None:
     """The ``key=value`` fields of a dead durable failure's note; ``None`` for another note."""
-    if not note or not note.startswith("durable "):
+    if not note or not note.startswith(DURABLE_NOTE):
         return None
     return dict(_NOTE.findall(note))
 
@@ -170,7 +171,7 @@ async def _dead_letter(
     previous = DeadInfo.from_fields(entry.fields)
     fid = previous.failure_id if previous else failure_id(group.name, entry.stream, entry.id)
     rec = _record(group, entry, env, event, exc, fid)
-    await _store(group, rec, previous)
+    await _store(group, rec, previous, exc)
     error = f"{rec.error_type}: {rec.message}"
     info = DeadInfo(
         group=group.name,
@@ -241,7 +242,7 @@ def _record(
             attempts=entry.deliveries,
         )
     note = (
-        f"durable group={group.name} stream={entry.stream} entry={entry.id} "
+        f"{DURABLE_NOTE}group={group.name} stream={entry.stream} entry={entry.id} "
         f"deliveries={entry.deliveries}"
     )
     if env is not None:
@@ -256,7 +257,9 @@ def _record(
     )
 
 
-async def _store(group: Group, rec: FailureRecord, previous: DeadInfo | None) -> None:
+async def _store(
+    group: Group, rec: FailureRecord, previous: DeadInfo | None, exc: BaseException
+) -> None:
     """Store the row (an update when a redelivered event dies again), waiting until it is
     written: the dead letter and the acknowledgement come after it."""
     rt = group.rt
@@ -269,11 +272,11 @@ async def _store(group: Group, rec: FailureRecord, previous: DeadInfo | None) ->
                 )
             )
         else:
-            rt.record_failure(rec)
+            rt.record_failure(rec, exc)
         with anyio.move_on_after(rt.options.visibility / 2):
             await rt.failures.flush()
-    except Exception as exc:
-        logger.error("could not store the failure row %s: %s", rec.id, safe_str(exc))
+    except Exception as err:
+        logger.error("could not store the failure row %s: %s", rec.id, safe_str(err))
 
 
 async def _resolve(group: Group, dead: DeadInfo, env: Envelope) -> None:

@@ -50,8 +50,9 @@ class Runtime:
     service: str
     consumer: str
     failures: FailureStore
-    #: logs and stores a failure record (the bus's failure sink once attached)
-    record_failure: Callable[[FailureRecord], None]
+    #: stores (and announces) a failure record the consumer logged already: the bus's
+    #: failure sink once bound, else the store's ``record``
+    record_failure: Callable[[FailureRecord, BaseException], None]
     #: emits a lifecycle event (the bus's ``emit`` once attached); never raises
     notify: Callable[[Event], None]
     fault: Fault = _no_fault

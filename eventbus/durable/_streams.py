@@ -24,7 +24,7 @@ from redis.exceptions import ResponseError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from .._events import Event, EventRegistry, default_registry
-from .._exceptions import DuplicateListenerError, UnknownEventError
+from .._exceptions import DuplicateListenerError, DurableError, UnknownEventError
 from .._failures import FailureRecord, FailureStatus
 from ..abc import FailureStore
 from ..backends.memory import MemoryFailureStore
@@ -136,6 +136,9 @@ class RedisStreams:
         self._scope: anyio.CancelScope | None = None
         self._stopped = anyio.Event()
         self._stack: AsyncExitStack | None = None
+        #: ``False``: ``start()`` runs nothing (a tool that only redelivers or republishes,
+        #: such as ``python -m eventbus failures retry``, must not consume as a replica)
+        self.active = True
 
     def __repr__(self) -> str:
         return (
@@ -173,6 +176,7 @@ class RedisStreams:
         :raises DuplicateListenerError: if a durable listener of that name exists
         """
         listener = make_listener(self.service, event_type, fn, name=name, start=start)
+        _check_durable("on", event_type)
         if listener.event_type not in self.registry:
             raise UnknownEventError(
                 listener.event_name, "declare it in the registry the transport decodes with"
@@ -226,6 +230,7 @@ class RedisStreams:
     ) -> list[str]:
         """:meth:`publish` for several events, in one insert."""
         for event in events:
+            _check_durable("publish", type(event))
             if type(event) not in self.registry:
                 raise UnknownEventError(
                     getattr(event, "__event_name__", repr(event)),
@@ -259,6 +264,8 @@ class RedisStreams:
             ) from None
         if self._running:
             raise RuntimeError(f"{self!r} is already started")
+        if not self.active:
+            return
         if self.check_server:
             await check_redis_server(self.client, purpose="durable events")
         if self.create_tables:
@@ -483,8 +490,28 @@ class RedisStreams:
 
     # -- hooks -----------------------------------------------------------------------------------
 
-    def _record_failure(self, rec: FailureRecord) -> None:
+    def _record_failure(self, rec: FailureRecord, exc: BaseException) -> None:
         self.failures.record(rec)
+
+    def bind(
+        self,
+        *,
+        registry: EventRegistry,
+        failures: FailureStore,
+        record: Callable[..., None],
+        notify: Callable[[Event], None],
+    ) -> None:
+        """Work for a bus (``EventBus(durable=...)`` calls this): decode with its registry,
+        record dead deliveries through its failure sink, emit lifecycle events on it."""
+
+        def through_sink(rec: FailureRecord, exc: BaseException) -> None:
+            record(rec, exc, log=False)  # the consumer logged it, with the dead letter's id
+
+        self.registry = self.rt.registry = registry
+        self.failures = self.rt.failures = failures
+        self.rt.record_failure = through_sink
+        self.notify = notify
+        register_durable_events(registry)
 
     def _notify(self, event: Event) -> None:
         try:
@@ -499,3 +526,14 @@ def _no_notify(_event: Event) -> None:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _check_durable(what: str, cls: type[Event]) -> None:
+    """:raises DurableError: if *cls* was not declared ``durable=True``"""
+    if not cls.__durable__:
+        raise DurableError(
+            what,
+            cls.__event_name__,
+            "its type is not declared durable; declare it with "
+            "'class X(Event, name=..., durable=True)', or emit() it in-process",
+        )

@@ -11,7 +11,7 @@ __all__ = ["REG", "OrderPaid", "Refunded", "effects", "test_metadata"]
 REG = EventRegistry()
 
 
-class OrderPaid(Event, name="order.paid", registry=REG):
+class OrderPaid(Event, name="order.paid", registry=REG, durable=True):
     order_id: int
 
 

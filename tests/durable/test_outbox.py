@@ -66,10 +66,10 @@ async def test_publish_checks_the_event_before_writing(
 ) -> None:
     other = EventRegistry()
 
-    class Stranger(Event, name="order.paid", registry=other):
+    class Stranger(Event, name="order.paid", registry=other, durable=True):
         order_id: int
 
-    class Opaque(Event, name="opaque.thing", registry=other):
+    class Opaque(Event, name="opaque.thing", registry=other, durable=True):
         value: object
 
     streams = make_streams()
