@@ -151,7 +151,8 @@ async def _status(args: argparse.Namespace) -> int:
         if not statuses:
             print("no streams")
         for s in statuses:
-            print(f"{s.event}  ({s.stream}): {s.length} entries, {s.dead} dead letters")
+            plural = "" if s.dead == 1 else "s"
+            print(f"{s.event}  ({s.stream}): {s.length} entries, {s.dead} dead letter{plural}")
             rows = [
                 (
                     "  " + g.name,

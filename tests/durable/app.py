@@ -1,4 +1,5 @@
-"""One durable-events process for the multi-process tests: a publisher, a relay, consumers.
+"""One durable-events process for the multi-process tests: a publisher, a relay, consumers,
+all through an ``EventBus`` with a ``RedisStreams`` transport.
 
 ``python -m tests.durable.app --redis URL --db URL --service NAME [options]``
 
@@ -30,6 +31,7 @@ from typing import Any
 import anyio
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from eventbus import EventBus
 from eventbus.backends.redis import make_redis_client
 from eventbus.backends.sql import SqlFailureStore, make_engine
 from eventbus.durable import DurableOptions, RedisStreams, current_delivery
@@ -137,7 +139,6 @@ async def main(args: argparse.Namespace) -> None:
         consumer_idle=args.consumer_idle,
         janitor_interval=args.janitor_interval,
     )
-    failures = SqlFailureStore(engine)
     streams = RedisStreams(
         client,
         engine,
@@ -145,25 +146,20 @@ async def main(args: argparse.Namespace) -> None:
         registry=REG,
         options=options,
         consumer=args.consumer,
-        failures=failures,
         _fault=fault,
     )
+    bus = EventBus(REG, SqlFailureStore(engine), durable=streams)
     for spec in args.listener:
         name, _, kind = spec.partition("=")
-        streams.subscribe(
-            OrderPaid, make_listener(kind, name, args.calls, streams.consumer), name=name
-        )
+        listener = make_listener(kind, name, args.calls, streams.consumer)
+        bus.on(OrderPaid, listener, durable=True, name=name)
     try:
-        async with streams:
+        async with bus:
             for first in range(args.publish_from, args.publish_from + args.publish, 50):
+                last = min(first + 50, args.publish_from + args.publish)
                 async with engine.begin() as conn:
-                    await streams.publish_many(
-                        [
-                            OrderPaid(order_id=i)
-                            for i in range(first, min(first + 50, args.publish_from + args.publish))
-                        ],
-                        conn,
-                    )
+                    for i in range(first, last):
+                        await bus.publish(OrderPaid(order_id=i), conn)
             if args.publish:
                 say("published")
                 if args.exit_after_publish:
@@ -186,7 +182,6 @@ async def main(args: argparse.Namespace) -> None:
         stats: dict[str, Any] = dataclasses.asdict(streams.statistics())
         say("stats " + json.dumps(stats))
     finally:
-        await failures.aclose()
         await client.aclose()
         await engine.dispose()
 
