@@ -20,21 +20,19 @@ from typing import Any, Self
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from .._events import Event, EventRegistry, default_registry
 from .._exceptions import DuplicateListenerError, DurableError, UnknownEventError
-from .._failures import FailureRecord, FailureStatus
+from .._failures import FailureRecord
 from ..abc import FailureStore
 from ..backends.memory import MemoryFailureStore
 from ..backends.redis import check_redis_server, make_redis_client
 from ..backends.sql import make_engine, redact_url
 from ._consumer import Consumer
-from ._delivery import parse_note
-from ._envelope import DeadInfo, Envelope
 from ._events import DurableStarted, DurableStopped, register_durable_events
 from ._group import Group
+from ._handback import redeliver, replay, republish
 from ._inbox import Inbox
 from ._janitor import Janitor
 from ._keys import StreamKeys, consumer_name, validate_part
@@ -44,7 +42,7 @@ from ._outbox import Outbox
 from ._relay import Relay
 from ._runtime import Fault, Runtime, logger, utcnow
 from ._stats import DurableStatistics, RelayCounters
-from ._status import StreamStatus, dead_letters, discover_events, stream_status
+from ._status import StreamStatus, discover_events, stream_status
 from ._tables import create_durable_tables, inbox, inbox_table, outbox, outbox_table
 
 __all__ = ["RedisStreams"]
@@ -397,96 +395,23 @@ class RedisStreams:
         return await self._janitor.sweep(events, force=True)
 
     async def republish(self, *, since: datetime, events: Sequence[str] | None = None) -> int:
-        """Publish again every retained outbox row published at or after *since* (after Redis
-        lost data: a restart without persistence, a failover, a flush). Listeners taking
-        ``tx`` skip what they processed already; others may see an event twice.
-
-        :return: how many rows were made unpublished (the relays publish them)
-        """
-        rows = await self.rt.outbox.republish(self.engine, since=since, names=events, now=utcnow())
-        for start in range(0, len(rows), 500):
-            chunk = rows[start : start + 500]
-            await self.client.delete(*(self.keys.published(n, e) for n, e in chunk))
+        """Publish again every retained outbox row published at or after *since*; see
+        :func:`~eventbus.durable._handback.republish`."""
+        n = await republish(self.rt, since=since, events=events)
         if self.relay is not None:
             self.relay.wake()
-        logger.warning(
-            "republish: %d outbox rows since %s will be published again", len(rows), since
-        )
-        return len(rows)
+        return n
 
     async def replay(
         self, event: str, *, group: str | None = None, ids: Sequence[str] | None = None
     ) -> list[str]:
-        """Hand dead letters of *event* back to the group that gave up on them (each to its
-        own group's redelivery stream only); return the new entry ids.
-
-        :param group: only dead letters of this group
-        :param ids: only these dead-letter ids (default: all that match)
-        """
-        letters = await dead_letters(self.client, self.keys, event, group=group, limit=None)
-        if ids is not None:
-            wanted = set(ids)
-            letters = [d for d in letters if d.dead_id in wanted]
-        out: list[str] = []
-        by_group: dict[str, list[str]] = {}
-        for letter in letters:
-            by_group.setdefault(letter.group, []).append(letter.dead_id)
-        for gname, dead_ids in by_group.items():
-            reply = await self.rt.scripts.redeliver(
-                keys=[self.keys.dead(event), self.keys.redeliver(event, gname)],
-                args=[gname, 0, *dead_ids],
-            )
-            out += [_text(r) for r in reply if r]
-        return out
+        """Hand dead letters back to their group; see :func:`~eventbus.durable._handback.replay`."""
+        return await replay(self.rt, event, group=group, ids=ids)
 
     async def redeliver(self, failure: FailureRecord) -> str:
-        """Hand one dead durable failure back to its group alone (``failures retry``): the
-        event goes to the group's redelivery stream with a fresh delivery count; the row is
-        ``pending`` until a consumer of the group succeeds (``resolved``) or it dies again.
-
-        :raises ValueError: if *failure* is not a dead durable failure
-        """
-        info = parse_note(failure.note)
-        if failure.status is not FailureStatus.DEAD or info is None or "group" not in info:
-            raise ValueError(
-                f"failure {failure.id!r} is not a dead durable failure (status "
-                f"{failure.status.value!r}); in-process failures are retried by retry_failures()"
-            )
-        group = info["group"]
-        env = Envelope(
-            event_id=failure.event_id,
-            name=failure.event_name,
-            payload=failure.payload,
-            seq=int(info.get("seq", "0")),
-            occurred_at=info.get("occurred_at", failure.first_failed_at.isoformat()),
-        )
-        dead = DeadInfo(
-            group=group,
-            entry_id=info.get("entry", ""),
-            deliveries=int(info.get("deliveries", "0")),
-            error=f"{failure.error_type}: {failure.message}",
-            failure_id=failure.id,
-        )
-        restream = self.keys.redeliver(failure.event_name, group)
-        try:
-            await self.client.xgroup_create(restream, group, id="0", mkstream=True)
-        except ResponseError as exc:
-            if not str(exc).startswith("BUSYGROUP"):
-                raise
-        # Pending before the entry exists: a consumer may resolve the row as soon as it does.
-        await self.failures.update(failure.replace(status=FailureStatus.PENDING))
-        fields: dict[Any, Any] = {**env.fields(), **dead.fields()}
-        try:
-            new_id = _text(await self.client.xadd(restream, fields))
-        except BaseException:
-            await self.failures.update(failure)
-            raise
-        letters = await dead_letters(self.client, self.keys, failure.event_name, limit=None)
-        stale = [d.dead_id for d in letters if d.failure_id == failure.id]
-        if stale:
-            await self.client.xdel(self.keys.dead(failure.event_name), *stale)
-        logger.info("dead failure %s redelivered to group %r as %s", failure.id, group, new_id)
-        return new_id
+        """Hand one dead durable failure back to its group alone (``failures retry``); see
+        :func:`~eventbus.durable._handback.redeliver`."""
+        return await redeliver(self.rt, failure)
 
     # -- hooks -----------------------------------------------------------------------------------
 

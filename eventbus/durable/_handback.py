@@ -1,0 +1,121 @@
+"""Handing events back: after Redis lost data (``republish``), dead letters to their group
+(``replay``), one dead failure to its group (``redeliver``, what ``failures retry`` does).
+
+A group's redelivery stream (``...:re:<group>``) is read by that group's consumers only, so
+an event handed back reaches the listener that gave up on it, never the other groups. Nothing
+here needs the transport running: an operator's command does it from anywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from .._failures import FailureRecord, FailureStatus
+from ._delivery import parse_note
+from ._envelope import DeadInfo, Envelope
+from ._runtime import Runtime, logger, utcnow
+from ._status import dead_letters
+
+__all__ = ["redeliver", "replay", "republish"]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def republish(rt: Runtime, *, since: datetime, events: Sequence[str] | None) -> int:
+    """Make every retained outbox row published at or after *since* unpublished again (and
+    clear its publish key), so that the relays add it again: after a restart without
+    persistence, a failover, a flush. Listeners taking ``tx`` skip what they processed
+    already; others may see an event twice.
+
+    :return: how many rows the relays will publish again
+    """
+    rows = await rt.outbox.republish(rt.engine, since=since, names=events, now=utcnow())
+    for start in range(0, len(rows), 500):
+        chunk = rows[start : start + 500]
+        await rt.client.delete(*(rt.keys.published(n, e) for n, e in chunk))
+    logger.warning("republish: %d outbox rows since %s will be published again", len(rows), since)
+    return len(rows)
+
+
+async def replay(
+    rt: Runtime, event: str, *, group: str | None = None, ids: Sequence[str] | None = None
+) -> list[str]:
+    """Move dead letters of *event* to the redelivery stream of the group that gave up on
+    each (the ``REDELIVER`` script); return the new entry ids. Their failure rows become
+    ``resolved`` when a consumer succeeds.
+
+    :param group: only dead letters of this group
+    :param ids: only these dead-letter ids (default: all that match)
+    """
+    letters = await dead_letters(rt.client, rt.keys, event, group=group, limit=None)
+    if ids is not None:
+        wanted = set(ids)
+        letters = [d for d in letters if d.dead_id in wanted]
+    by_group: dict[str, list[str]] = {}
+    for letter in letters:
+        by_group.setdefault(letter.group, []).append(letter.dead_id)
+    out: list[str] = []
+    for gname, dead_ids in by_group.items():
+        reply = await rt.scripts.redeliver(
+            keys=[rt.keys.dead(event), rt.keys.redeliver(event, gname)],
+            args=[gname, 0, *dead_ids],
+        )
+        out += [_text(r) for r in reply if r]
+    return out
+
+
+async def redeliver(rt: Runtime, failure: FailureRecord) -> str:
+    """Hand one dead durable failure back to its group alone: the event (rebuilt from the row
+    and its note) goes to the group's redelivery stream with a fresh delivery count, and its
+    dead letter is removed. The row is ``pending`` until a consumer of the group succeeds
+    (``resolved``) or it dies again (``dead``, attempts added up).
+
+    :raises ValueError: if *failure* is not a dead durable failure
+    """
+    info = parse_note(failure.note)
+    if failure.status is not FailureStatus.DEAD or info is None or "group" not in info:
+        raise ValueError(
+            f"failure {failure.id!r} is not a dead durable failure (status "
+            f"{failure.status.value!r}); in-process failures are retried by retry_failures()"
+        )
+    group = info["group"]
+    env = Envelope(
+        event_id=failure.event_id,
+        name=failure.event_name,
+        payload=failure.payload,
+        seq=int(info.get("seq", "0")),
+        occurred_at=info.get("occurred_at", failure.first_failed_at.isoformat()),
+    )
+    dead = DeadInfo(
+        group=group,
+        entry_id=info.get("entry", ""),
+        deliveries=int(info.get("deliveries", "0")),
+        error=f"{failure.error_type}: {failure.message}",
+        failure_id=failure.id,
+    )
+    restream = rt.keys.redeliver(failure.event_name, group)
+    try:
+        await rt.client.xgroup_create(restream, group, id="0", mkstream=True)
+    except ResponseError as exc:
+        if not str(exc).startswith("BUSYGROUP"):
+            raise
+    # Pending before the entry exists: a consumer may resolve the row as soon as it does.
+    await rt.failures.update(failure.replace(status=FailureStatus.PENDING))
+    fields: dict[Any, Any] = {**env.fields(), **dead.fields()}
+    try:
+        new_id = _text(await rt.client.xadd(restream, fields))
+    except BaseException:
+        await rt.failures.update(failure)
+        raise
+    letters = await dead_letters(rt.client, rt.keys, failure.event_name, limit=None)
+    stale = [d.dead_id for d in letters if d.failure_id == failure.id]
+    if stale:
+        await rt.client.xdel(rt.keys.dead(failure.event_name), *stale)
+    logger.info("dead failure %s redelivered to group %r as %s", failure.id, group, new_id)
+    return new_id
