@@ -67,6 +67,16 @@ class Envelope:
                 out[key] = value
         return out
 
+    def script_args(self) -> list[str]:
+        """This envelope as the ``PUBLISH`` script takes it (the script adds the field names,
+        the name and the version, in the order of :meth:`fields`)."""
+        extra = [
+            item for key in _OPTIONAL if (value := getattr(self, key)) is not None
+            for item in (key, value)
+        ]  # fmt: skip
+        return [str(len(extra) // 2), self.event_id, str(self.seq), self.occurred_at,
+                self.payload, *extra]  # fmt: skip
+
     @classmethod
     def from_fields(cls, entry_id: str, fields: Mapping[str, str]) -> Envelope:
         """:raises EnvelopeError: naming the entry, for a missing field or another version"""

@@ -27,6 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .._failures import safe_str
+from ._envelope import VERSION
 from ._events import StreamCapped
 from ._outbox import ClaimedRow
 from ._runtime import Runtime, logger, utcnow
@@ -213,13 +214,10 @@ class Relay:
         calls: list[ScriptCall] = list(settles)
         for name, batch in by_name.items():
             keys = [rt.keys.stream(name)]
-            args: list[str] = [ttl_ms, cap]
+            args: list[str] = [ttl_ms, cap, name, VERSION]
             for row in batch:
                 keys.append(rt.keys.published(name, row.event_id))
-                fields = row.envelope().fields()
-                args.append(str(2 * len(fields)))
-                for item in fields.items():
-                    args += item
+                args += row.envelope().script_args()
             calls.append((rt.scripts.publish, keys, args))
         results = (await run_scripts(rt.client, calls))[len(settles) :]
         self._to_settle.clear()  # a SETTLE that failed only leaves keys to expire on their own

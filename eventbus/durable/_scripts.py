@@ -22,15 +22,17 @@ __all__ = ["ScriptCall", "Scripts", "run_scripts"]
 ScriptCall = tuple["AsyncScript", Sequence[str], Sequence[str]]
 
 #: Add events of one stream, each once. KEYS: the stream, then one publish key per event.
-#: ARGV: publish key TTL (ms), MAXLEN cap (0: none), then per event its field count n and n
-#: field/value items. A publish key that exists means the event was added before (by a relay
-#: that crashed or stalled before it marked the row): its id is returned instead of adding the
-#: event again. Returns {ids, flags, capped}: flags has "1" (added) or "0" (found) per event;
-#: capped is 1 when the stream has reached its cap.
+#: ARGV: publish key TTL (ms), MAXLEN cap (0: none), the event name, the envelope version,
+#: then per event: n, event_id, seq, occurred_at, payload, and n optional field/value pairs
+#: (the script writes the field names: half the arguments to send per event). A publish key
+#: that exists means the event was added before (by a relay that crashed or stalled before it
+#: marked the row): its id is returned instead of adding the event again. Returns {ids,
+#: flags, capped}: flags has "1" (added) or "0" (found) per event; capped is 1 when the stream
+#: has reached its cap.
 PUBLISH = """
-local ttl, cap = ARGV[1], tonumber(ARGV[2])
+local ttl, cap, name, version = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local ids, flags = {}, {}
-local pos = 3
+local pos = 5
 for k = 2, #KEYS do
     local n = tonumber(ARGV[pos])
     local prev = redis.call('GET', KEYS[k])
@@ -38,8 +40,10 @@ for k = 2, #KEYS do
         ids[#ids + 1] = prev
         flags[#flags + 1] = '0'
     else
-        local fields = {}
-        for i = 1, n do fields[i] = ARGV[pos + i] end
+        local fields = {'v', version, 'event_id', ARGV[pos + 1], 'name', name,
+                        'seq', ARGV[pos + 2], 'occurred_at', ARGV[pos + 3],
+                        'payload', ARGV[pos + 4]}
+        for i = 1, 2 * n do fields[#fields + 1] = ARGV[pos + 4 + i] end
         local id
         if cap > 0 then
             id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', cap, '*', unpack(fields))
@@ -50,7 +54,7 @@ for k = 2, #KEYS do
         ids[#ids + 1] = id
         flags[#flags + 1] = '1'
     end
-    pos = pos + n + 1
+    pos = pos + 5 + 2 * n
 end
 local capped = 0
 if cap > 0 and redis.call('XLEN', KEYS[1]) >= cap then capped = 1 end
