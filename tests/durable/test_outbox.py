@@ -216,3 +216,24 @@ async def test_the_relay_is_woken_by_a_local_commit_not_by_its_poll(
                 await conn.execute(sa.text("SELECT 1"))
             with anyio.fail_after(5):  # far below the 30 s poll
                 await wait_until(lambda: streams.statistics().relay.published == 2, what="both")
+
+
+async def test_inbox_rows_past_retention_are_purged_in_batches(engine: AsyncEngine) -> None:
+    from eventbus.durable._inbox import Inbox
+    from eventbus.durable._tables import inbox
+
+    await create_durable_tables(engine)
+    box = Inbox(inbox)
+    for i in range(5):
+        async with engine.begin() as conn:
+            when = NOW + timedelta(seconds=i)
+            assert await box.claim(conn, group="g", event_id=f"e{i}", now=when)
+            assert not await box.claim(conn, group="g", event_id=f"e{i}", now=when)
+    assert await box.purge(engine, before=NOW + timedelta(seconds=3), batch=2) == 3
+    assert [await box.seen(engine, group="g", event_id=f"e{i}") for i in range(5)] == [
+        False,
+        False,
+        False,
+        True,
+        True,
+    ]

@@ -120,7 +120,10 @@ async def test_the_client_factory_never_retries_commands() -> None:
 
 def test_importing_eventbus_loads_neither_redis_nor_sqlalchemy() -> None:
     code = (
-        "import sys, eventbus, eventbus.cli; "
+        "import sys, eventbus, eventbus.cli\n"
+        "class Paid(eventbus.Event, name='x.paid', durable=True):\n"
+        "    n: int\n"
+        "bus = eventbus.EventBus()\n"
         "print(sorted(m for m in ('redis', 'sqlalchemy', 'eventbus.durable') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
