@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar, Unpack, overload
 
+import anyio
 from anyio.abc import TaskGroup
 
 from ._calls import checkpoint
@@ -485,7 +486,13 @@ class EventBus:
         await self.failures.start(tg)
         self._pool.start(tg, size=self.queue_size, workers=self.workers)
         if self._durable is not None:
-            await self._durable.start(tg)
+            try:
+                await self._durable.start(tg)
+            except BaseException:  # refused (an evicting Redis, say): undo the pool's start
+                with anyio.CancelScope(shield=True):
+                    await self._pool.drain(0)
+                self._pool.stopped()
+                raise
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self._host.close(self._drain)

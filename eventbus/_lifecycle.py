@@ -30,13 +30,17 @@ class TaskGroupHost:
         return self._stack is not None
 
     async def open(self, start: Callable[[TaskGroup], Awaitable[None]]) -> None:
-        """Open the group and run *start* with it; if *start* fails, close it again."""
+        """Open the group and run *start* with it; if *start* fails, cancel what it started
+        already (the workers, a store's writer) and close the group again."""
         stack = AsyncExitStack()
         await stack.__aenter__()
+        tg: TaskGroup | None = None
         try:
             tg = await stack.enter_async_context(anyio.create_task_group())
             await start(tg)
         except BaseException:
+            if tg is not None:
+                tg.cancel_scope.cancel()
             await stack.__aexit__(None, None, None)
             raise
         self._stack, self._tg = stack, tg

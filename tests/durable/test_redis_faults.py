@@ -294,3 +294,19 @@ async def test_f13_redis_crash_with_aof_loses_nothing_and_the_inbox_absorbs_repe
         assert await client.xlen(STREAM) == 60
     finally:
         await client.aclose()
+
+
+async def test_f15_through_the_bus_the_refusal_reaches_the_caller(
+    make_streams: Factory, policy: Callable[[str], Awaitable[None]]
+) -> None:
+    """Regression test: a transport refusing to start hung ``async with bus:`` (the bus's
+    task group was left waiting for the workers it had already started)."""
+    from eventbus import EventBus, MemoryFailureStore
+    from tests.durable.events import REG
+
+    await policy("allkeys-lru")
+    bus = EventBus(REG, MemoryFailureStore(), durable=make_streams())
+    with anyio.fail_after(10), pytest.raises(UnsafeRedisError, match="allkeys-lru"):
+        async with bus:
+            pass
+    assert not bus.running
