@@ -4,6 +4,7 @@ claimed with a lease and marked only by their claim, purged after retention, rep
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import anyio
 import pytest
@@ -12,6 +13,7 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from eventbus import Event, EventRegistry, PayloadError, UnknownEventError
+from eventbus.backends.sql import make_engine
 from eventbus.durable import NoTransactionError, create_durable_tables, outbox_table
 from eventbus.durable._outbox import Outbox
 from eventbus.durable._tables import outbox
@@ -237,3 +239,20 @@ async def test_inbox_rows_past_retention_are_purged_in_batches(engine: AsyncEngi
         True,
         True,
     ]
+
+
+async def test_processes_starting_together_both_get_the_tables(tmp_path: Path) -> None:
+    """Regression test: two processes starting on a new SQLite file raced to create the
+    tables, and the loser's start failed ("table eventbus_outbox already exists")."""
+    for i in range(5):
+        engines = [make_engine(tmp_path / f"race{i}.db") for _ in range(3)]
+        try:
+            async with anyio.create_task_group() as tg:
+                for eng in engines:
+                    tg.start_soon(create_durable_tables, eng)
+            async with engines[0].connect() as conn:
+                names = await conn.run_sync(lambda c: sa.inspect(c).get_table_names())
+            assert {"eventbus_outbox", "eventbus_inbox"} <= set(names)
+        finally:
+            for eng in engines:
+                await eng.dispose()
