@@ -24,6 +24,7 @@ from scheduler import LocalLock, MemoryRunStore, RunContext, Scheduler
 from scheduler.abc import Lock, RunStore
 from scheduler.backends.sql import SqlRunStore
 
+from ._public import shown_as_domain
 from .abc import CounterStore
 from .backends.memory import MemoryCounterStore
 from .db import create_tables
@@ -209,3 +210,6 @@ class App:
             )
             async with app:
                 yield app
+
+
+shown_as_domain(App, Schedules)

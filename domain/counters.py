@@ -50,6 +50,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from eventbus import EventBus
 
+from ._public import shown_as_domain
 from .abc import CounterStore, Hit, StoreLoss
 from .db import flush_ledger
 from .events import CountsLost
@@ -378,3 +379,6 @@ class Counter:
                 )
             )
         return int(result.rowcount)
+
+
+shown_as_domain(Counter, CounterStatistics, FlushReport)

@@ -19,6 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from eventbus.backends.sql import UTCDateTime
 
+from ._public import shown_as_domain
+
 __all__ = [
     "articles",
     "create_tables",
@@ -140,3 +142,6 @@ def upsert(
     return stmt.on_conflict_do_update(
         index_elements=index_elements, index_where=index_where, set_=update
     )
+
+
+shown_as_domain(create_tables)

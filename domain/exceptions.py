@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from ._public import shown_as_domain
+
 __all__ = [
     "AdminTokenError",
     "AliasTakenError",
@@ -105,3 +107,17 @@ class MailDeliveryError(DomainError, OSError):
     def __init__(self, email: str) -> None:
         super().__init__(f"mail server refused the welcome message to {email!r}; retry later")
         self.email = email
+
+
+shown_as_domain(
+    AdminTokenError,
+    AliasTakenError,
+    ArticleNotFoundError,
+    CodeSpaceExhaustedError,
+    DomainError,
+    InvalidAliasError,
+    InvalidUrlError,
+    MailDeliveryError,
+    ReservedAliasError,
+    ScheduleTimeError,
+)

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from eventbus import EventBus
 
+from ._public import shown_as_domain
 from ._shortlink_rules import (
     DEFAULT_RESERVED,
     MAX_URL_LENGTH,
@@ -315,3 +316,6 @@ class ShortLinks:
             query = query.where(short_links.c.code.in_(codes))
         async with self.engine.connect() as conn:
             return {r.code: int(r.clicks) for r in (await conn.execute(query)).all()}
+
+
+shown_as_domain(Resolution, ShortLink, ShortLinks)

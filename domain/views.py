@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from eventbus import EventBus
 
+from ._public import shown_as_domain
 from .abc import CounterStore
 from .counters import Counter, CounterStatistics, FlushReport
 from .db import articles
@@ -122,3 +123,6 @@ def _check_viewer(viewer_key: str) -> None:
             f"viewer_key={viewer_key!r} must be a non-empty string without tabs or newlines; "
             "pass a user id or a hash of the client's address and agent"
         )
+
+
+shown_as_domain(ArticleViews)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 
 from anyio.lowlevel import checkpoint
 
+from .._public import shown_as_domain
 from ..abc import Hit, StoreLoss
 from . import bucket_of
 
@@ -93,3 +94,6 @@ class MemoryCounterStore:
 
     def on_loss(self, callback: Callable[[StoreLoss], None]) -> None:
         """Nothing to detect: the counts live and die with the process (never called)."""
+
+
+shown_as_domain(MemoryCounterStore)
