@@ -161,10 +161,11 @@ class ShortLinks:
             if idle >= target:
                 break
             now = self.clock()
-            rows = [
-                {"code": self.code_factory(), "status": "idle", "created_at": now}
-                for _ in range(min(self.batch, target - idle))
-            ]
+            # Sorted: each insert locks its index entry until the commit, so two replicas
+            # inserting the same codes in different orders could each wait for the other
+            # (PostgreSQL: "deadlock detected"); in one order, the second one just waits.
+            codes = sorted({self.code_factory() for _ in range(min(self.batch, target - idle))})
+            rows = [{"code": code, "status": "idle", "created_at": now} for code in codes]
             async with self.engine.begin() as conn:
                 await conn.execute(stmt, rows)
             idle = await self.idle_codes()

@@ -17,8 +17,8 @@ from datetime import UTC, datetime, timedelta
 import anyio
 import pytest
 from anyio.lowlevel import checkpoint
-from sqlalchemy import func, insert, select
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy import func, insert, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from domain.abc import CounterStore
 from domain.db import articles, create_tables, flush_ledger, schedule_records, short_links
@@ -104,6 +104,60 @@ async def test_two_replicas_refilling_at_once_never_duplicate_a_code(
                 tg.start_soon(functools.partial(links.refill, watermark=60))
         codes = await pool_codes(replicas[0].engine)
     assert len(codes) == len(set(codes)) >= 60
+
+
+# Holds each transaction's second insert into the pool until the test releases advisory lock
+# 4242: every transaction that is inside a refill batch is then between two rows at once.
+HOLD_THE_SECOND_ROW = [
+    """
+CREATE FUNCTION hold_the_second_row() RETURNS trigger AS $$
+BEGIN
+    IF current_setting('eventbus_test.inserted', true) = 'yes' THEN
+        PERFORM pg_advisory_xact_lock_shared(4242);
+    END IF;
+    PERFORM set_config('eventbus_test.inserted', 'yes', true);
+    RETURN NEW;
+END $$ LANGUAGE plpgsql
+""",
+    """
+CREATE TRIGGER hold_the_second_row BEFORE INSERT ON shortlink_pool
+    FOR EACH ROW EXECUTE FUNCTION hold_the_second_row()
+""",
+]
+
+
+async def wait_for_lock_waits(conn: AsyncConnection, n: int) -> None:
+    """Until *n* lock requests wait in the server (it has no event for that: poll ``pg_locks``,
+    a live view, where ``pg_stat_activity`` is a snapshot per transaction)."""
+    query = text("SELECT count(*) FROM pg_locks WHERE NOT granted")
+    while await conn.scalar(query) != n:  # noqa: ASYNC110
+        await anyio.sleep(0.01)
+
+
+async def test_two_refills_drawing_the_same_codes_in_opposite_order_never_deadlock(
+    engines: Callable[[], AsyncEngine],
+) -> None:
+    """Regression test: replica A inserted k1 then waited for k2, which replica B had inserted
+    first and which then waited for k1: "deadlock detected", and one refill failed (1 run in
+    25 of the racing test above). Both batches are now inserted in sorted order."""
+    first, second, holder = engines(), engines(), engines()
+    replicas = [
+        ShortLinks(first, batch=2, code_factory=iter(["k1", "k2"]).__next__),
+        ShortLinks(second, batch=2, code_factory=iter(["k2", "k1"]).__next__),
+    ]
+    with anyio.fail_after(20):
+        async with first.begin() as conn:
+            for statement in HOLD_THE_SECOND_ROW:
+                await conn.exec_driver_sql(statement)
+        async with holder.connect() as gate:
+            await gate.execute(text("SELECT pg_advisory_lock(4242)"))
+            async with anyio.create_task_group() as tg:
+                for links in replicas:
+                    tg.start_soon(functools.partial(links.refill, watermark=2))
+                await wait_for_lock_waits(gate, 2)  # both inside their batch, neither done
+                await gate.execute(text("SELECT pg_advisory_unlock(4242)"))
+        codes = await pool_codes(first)
+    assert sorted(codes) == ["k1", "k2"]
 
 
 async def test_50_creators_racing_for_10_idle_codes_never_share_one(
