@@ -28,6 +28,7 @@ from domain.publishing import Publisher
 from domain.shortlinks import ShortLinks
 from domain.views import ArticleViews
 from eventbus import EventBus
+from tests.domain.pause import Pause
 from tests.domain.test_shortlinks import (
     test_a_string_that_cannot_be_a_code_is_a_miss as test_a_string_that_cannot_be_a_code_is_a_miss,
 )  # collected here again: the same cases on PostgreSQL (this module's ``engine``)
@@ -68,6 +69,27 @@ def engine(engines: Callable[[], AsyncEngine]) -> AsyncEngine:
 async def seed_articles(engine: AsyncEngine, n: int) -> None:
     async with engine.begin() as conn:
         await conn.execute(insert(articles), [{"id": i, "title": f"a{i}"} for i in range(1, n + 1)])
+
+
+async def seed_due(engine: AsyncEngine, n: int) -> None:
+    """Articles 1 to *n* due for publishing, in that order: the rows schedule_publish() would
+    write (see the rescheduling test for why it is not used here: its upsert fails on
+    PostgreSQL from the sixth call on a connection)."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(schedule_records),
+            [
+                {
+                    "target_id": i,
+                    "type": Publisher.type,
+                    "execution_time": T0 + timedelta(seconds=i),
+                    "status": "pending",
+                    "created_at": T0,
+                    "updated_at": T0,
+                }
+                for i in range(1, n + 1)
+            ],
+        )
 
 
 async def pool_codes(engine: AsyncEngine) -> list[str]:
@@ -208,23 +230,7 @@ async def test_two_publishers_racing_publish_each_article_once(
 
     with anyio.fail_after(30):
         await seed_articles(engine, 40)
-        # The rows schedule_publish() would write (see the rescheduling test for why it is
-        # not used here: its upsert fails on PostgreSQL from the sixth call on a connection).
-        async with engine.begin() as conn:
-            await conn.execute(
-                insert(schedule_records),
-                [
-                    {
-                        "target_id": i,
-                        "type": Publisher.type,
-                        "execution_time": T0 + timedelta(seconds=5),
-                        "status": "pending",
-                        "created_at": T0,
-                        "updated_at": T0,
-                    }
-                    for i in range(1, 41)
-                ],
-            )
+        await seed_due(engine, 40)
         async with anyio.create_task_group() as tg:
             for p in replicas:
                 tg.start_soon(run, p)
@@ -239,7 +245,42 @@ async def test_two_publishers_racing_publish_each_article_once(
     assert sorted(everything) == list(range(1, 41))  # each article once, none missed
     assert sorted(events) == list(range(1, 41))
     assert (published, done) == (40, 40)
-    assert sum(1 for r in results if r) >= 2  # SKIP LOCKED let the replicas share the work
+    # Which replica took which rows depends on scheduling (one may take them all); the next
+    # test forces the interleaving in which SKIP LOCKED makes them share.
+
+
+async def test_a_replica_holding_a_batch_never_holds_up_another_which_takes_the_rest(
+    engines: Callable[[], AsyncEngine],
+) -> None:
+    """Replica A has claimed rows 1-3 and not committed; replica B publishes 4-40 meanwhile,
+    without waiting for A (``FOR UPDATE SKIP LOCKED``: without it B blocks on A's rows and
+    this test times out), then A publishes its three. Each article once, by one replica."""
+    a_engine, b_engine = engines(), engines()
+    now = T0 + timedelta(minutes=1)
+    events: list[int] = []
+    bus = EventBus(registry=catalog)
+    bus.on(ArticlePublished, lambda e: events.append(e.article_id))
+    a, b = (Publisher(e, bus=bus, clock=lambda: now, batch=3) for e in (a_engine, b_engine))
+    claim = Pause(
+        a_engine,
+        "after_cursor_execute",
+        lambda conn, cursor, statement, *rest: statement.startswith("UPDATE schedule_records"),
+    )
+    published: dict[str, list[int]] = {}
+
+    async def run(name: str, publisher: Publisher) -> None:
+        published[name] = await publisher.publish_due()
+
+    with anyio.fail_after(10):
+        await seed_articles(a_engine, 40)
+        await seed_due(a_engine, 40)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, "a", a)
+            await claim.reached.wait()  # A is inside its first batch, rows 1-3 locked
+            await run("b", b)
+            claim.release()
+    assert published == {"a": [1, 2, 3], "b": list(range(4, 41))}
+    assert sorted(events) == list(range(1, 41))
 
 
 async def test_schedule_publish_works_for_the_first_five_calls_on_a_connection(
