@@ -155,6 +155,12 @@ class App:
         assert stack is not None, "App.__aexit__ without __aenter__"
         return await stack.__aexit__(exc_type, exc_val, tb)
 
+    async def aclose(self) -> None:
+        """Stop as leaving ``async with`` would (scheduler, bus, view window, a last flush);
+        nothing when it is not running. Call it from the task that entered."""
+        if self._stack is not None:
+            await self.__aexit__(None, None, None)
+
     async def _final_flush(self) -> None:
         await self.views.flush()
         await self.links.flush_clicks()

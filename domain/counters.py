@@ -311,6 +311,12 @@ class Counter:
             await self._send(keep=False)
         return None
 
+    async def aclose(self) -> None:
+        """Leave ``async with`` (send what is buffered, stop the window); nothing when not in
+        it. Call it from the task that entered: the window's task group lives there."""
+        if self._tg is not None:
+            await self.__aexit__(None, None, None)
+
     # -- flush to SQL ---------------------------------------------------------------------------
 
     async def flush(self) -> FlushReport:

@@ -116,6 +116,10 @@ class ArticleViews:
     ) -> bool | None:
         return await self.counter.__aexit__(exc_type, exc_val, tb)
 
+    async def aclose(self) -> None:
+        """Leave ``async with``: the views buffered for the window go to the store."""
+        await self.counter.aclose()
+
 
 def _check_viewer(viewer_key: str) -> None:
     if not viewer_key or "\t" in viewer_key or "\n" in viewer_key:

@@ -35,6 +35,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
+from anyio.abc import AsyncResource
+from anyio.lowlevel import checkpoint
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -185,7 +187,7 @@ def connect(
     return Redis.from_pool(pool)
 
 
-class RedisCounterStore:
+class RedisCounterStore(AsyncResource):
     """Counts in Redis, shared by every replica; one primary (the scripts touch several keys).
 
     Detects a loss of its data (see the module docstring) at the next ``record()`` or
@@ -193,7 +195,7 @@ class RedisCounterStore:
     ERROR itself).
 
     :param redis: a client with ``decode_responses=True`` (see :func:`connect`); never closed
-        by this store
+        by this store (:meth:`aclose` releases nothing)
     :param buckets: pending shards per counter, keeping each hash small for HGETALL/RENAME
     :param prefix: key prefix
     """
@@ -265,6 +267,10 @@ class RedisCounterStore:
     async def pending(self, counter: str) -> dict[str, int]:
         p = self._p(counter)
         return _parse(await self._read(keys=[f"{p}pending:{b}" for b in range(self.buckets)]))
+
+    async def aclose(self) -> None:
+        """Nothing to release: the client is the caller's (a checkpoint)."""
+        await checkpoint()
 
     async def _observe(
         self, counter: str, epoch: str, lost: int, pending: int, staged: int
