@@ -35,8 +35,8 @@ from ._shortlink_rules import (
     could_be_code,
     new_code,
     validate_alias,
+    validate_url,
 )
-from ._shortlink_rules import validate_url as validate_url
 from .abc import CounterStore
 from .counters import Counter, FlushReport
 from .db import insert_ignore, short_links, shortlink_pool

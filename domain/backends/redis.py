@@ -343,7 +343,7 @@ async def check_redis_durability(
         persistence = await redis.info("persistence")
         memory = await redis.info("memory")
     except ResponseError as exc:  # INFO itself refused (a restricted proxy or ACL)
-        log.warning("could not check the durability of Redis at %s: %s", where(redis), exc)
+        log.warning("could not check the durability of Redis at %s: %s", _where(redis), exc)
         return []
     risks = []
     if not int(persistence.get("aof_enabled", 0)):
@@ -366,7 +366,7 @@ async def check_redis_durability(
             "Redis at %s can lose %s: %s; enable 'appendonly yes' and "
             "'maxmemory-policy noeviction', or accept that a restart loses them (the counters "
             "report such a loss at ERROR and as a counts.lost event)",
-            where(redis),
+            _where(redis),
             at_risk,
             "; ".join(risks),
         )
@@ -382,7 +382,7 @@ async def _save_schedule(redis: Redis) -> str | None:
     return str(config.get("save") or "").strip()
 
 
-def where(redis: Redis) -> str:
+def _where(redis: Redis) -> str:
     """``host:port/db`` of a client, never its password."""
     kw = redis.connection_pool.connection_kwargs
     if "path" in kw:
