@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -12,9 +11,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from eventbus import Event, EventBus, EventRegistry, FailureStatus, MemoryFailureStore
+from eventbus import Event, EventBus, EventRegistry, FailureStatus
 from eventbus._retry import RetryItem, RetryReport
-from eventbus.abc import FailureStore
 from eventbus.backends.sql import SqlFailureStore
 
 reg = EventRegistry()
@@ -249,28 +247,6 @@ async def test_an_async_listener_is_retried_with_its_timeout(db_url: str) -> Non
             await bus.emit_async(UserRegistered(user_id=42))
             report = await bus.retry_failures()
     assert (report.resolved, calls) == (1, [42, 42])
-
-
-@pytest.mark.parametrize(
-    "make_store",
-    [
-        pytest.param(lambda url: MemoryFailureStore(), id="memory"),
-        pytest.param(SqlFailureStore, id="sqlite"),
-    ],
-)
-async def test_retry_works_on_any_failure_store(
-    db_url: str, make_store: Callable[[str], FailureStore]
-) -> None:
-    bus = EventBus(reg, make_store(db_url))
-    flaky = Flaky()
-    bus.on(OrderPaid, flaky, name="flaky")
-    with anyio.fail_after(5):
-        async with bus:
-            bus.emit(PAID)
-            flaky.failing = False
-            report = await bus.retry_failures()
-            [row] = await bus.failures.query()
-    assert report.resolved == 1 and row.status is FailureStatus.RESOLVED
 
 
 async def test_max_attempts_must_be_positive(db_url: str) -> None:

@@ -1,4 +1,9 @@
-"""SqlFailureStore against a real SQLite file: batching, outages, overflow, close, queries."""
+"""SqlFailureStore against a real SQLite file: batching, outages, overflow, close, ownership.
+
+The contract it shares with ``MemoryFailureStore`` (queries, exactly once, close flushes,
+retries) is in ``test_failure_stores.py``, on SQLite and PostgreSQL; the table, its indexes
+and its UTC timestamps are checked here on both.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,6 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from eventbus import Event, EventBus, EventRegistry, FailureRecord, FailureStatus
-from eventbus.abc import FailureStore
 from eventbus.backends.sql import (
     DEFAULT_DB_URL,
     SqlFailureStore,
@@ -110,12 +114,6 @@ async def wait_for_outage(store: SqlFailureStore) -> None:
             await anyio.sleep(0.005)
 
 
-def test_the_store_fits_the_protocol(db_url: str) -> None:
-    store = SqlFailureStore(db_url)
-    _: FailureStore = store
-    assert isinstance(store, FailureStore)
-
-
 def test_default_url_is_a_file_in_the_cwd_unless_env_says_otherwise(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -183,53 +181,6 @@ async def test_flush_without_start_writes_directly(engine: AsyncEngine, db_path:
     assert len(table_rows(db_path)) == 20
     assert store.statistics().written == 20
     await store.aclose()
-
-
-async def test_concurrent_emits_record_every_failure_once_and_only_once(
-    db_url: str, db_path: Path
-) -> None:
-    bus = EventBus(reg, SqlFailureStore(db_url, batch_size=50), queue_size=10_000)
-
-    @bus.on(OrderPaid, name="sync_boom")
-    def sync_boom(e: OrderPaid) -> None:
-        raise ValueError("sync")
-
-    @bus.on("order.*", name="async_boom")
-    async def async_boom(e: Event) -> None:
-        await anyio.lowlevel.checkpoint()
-        raise RuntimeError("async")
-
-    @bus.on(OrderPaid, name="fine")
-    async def fine(e: OrderPaid) -> None:
-        await anyio.lowlevel.checkpoint()
-
-    async def publisher(task: int) -> None:
-        for i in range(5):
-            bus.emit(OrderPaid(order_id=task * 100 + i))
-            await bus.emit_async(OrderPaid(order_id=task * 100 + i))
-
-    with anyio.fail_after(20):
-        async with bus:
-            async with anyio.create_task_group() as tg:
-                for task in range(40):
-                    tg.start_soon(publisher, task)
-    rows = table_rows(db_path)
-    emissions = 40 * 5 * 2
-    assert len(rows) == emissions * 2  # two failing listeners per emission
-    assert len({r[0] for r in rows}) == len(rows)  # no duplicated record
-    assert len({(r[1], r[2]) for r in rows}) == len(rows)  # once per (emission, listener)
-    assert {r[2] for r in rows} == {"sync_boom", "async_boom"}
-
-
-async def test_close_flushes_everything_accepted_before_close(db_url: str, db_path: Path) -> None:
-    store = SqlFailureStore(db_url, batch_size=10)
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as tg:
-            await store.start(tg)
-            for n in range(95):
-                store.record(make_record(n))
-            await store.aclose()
-    assert len(table_rows(db_path)) == 95
 
 
 async def test_locked_database_during_a_burst_loses_nothing(
@@ -351,53 +302,6 @@ async def test_one_row_the_database_refuses_does_not_hold_back_the_batch(
         assert store.statistics().rejected == 1
     assert sorted(r[0] for r in table_rows(db_path)) == ["rec-00001", "rec-00003"]
     assert any("rec-00002" in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
-
-
-async def check_queries(store: SqlFailureStore) -> None:
-    """Filters, newest-first order, get, update and purge (shared with the PostgreSQL run)."""
-    for n in range(6):
-        store.record(
-            make_record(
-                n,
-                listener="billing" if n % 2 else "audit",
-                event="order.paid" if n < 4 else "user.registered",
-            )
-        )
-    assert [r.id for r in await store.query()] == [f"rec-0000{n}" for n in (5, 4, 3, 2, 1, 0)]
-    assert [r.id for r in await store.query(listener="audit")] == [
-        "rec-00004",
-        "rec-00002",
-        "rec-00000",
-    ]
-    assert [r.id for r in await store.query(event="user.registered")] == [
-        "rec-00005",
-        "rec-00004",
-    ]
-    since = datetime(2026, 1, 1, 0, 3, tzinfo=UTC)
-    assert len(await store.query(since=since)) == 3
-    assert len(await store.query(since=since.astimezone(timezone(timedelta(hours=-7))))) == 3
-    assert len(await store.query(limit=2)) == 2
-
-    rec = await store.get("rec-00001")
-    assert rec is not None and rec.message == "boom 1"
-    assert await store.get("nope") is None
-    await store.update(rec.replace(status=FailureStatus.DEAD, attempts=5))
-    assert [r.id for r in await store.query(status=FailureStatus.DEAD)] == ["rec-00001"]
-    with pytest.raises(KeyError):
-        await store.update(make_record(99))
-
-    assert await store.purge(status=FailureStatus.DEAD) == 1
-    assert await store.purge(before=since) == 2  # rec 0 and 2 (rec 1 is gone)
-    assert [r.id for r in await store.query()] == ["rec-00005", "rec-00004", "rec-00003"]
-    assert await store.purge() == 3
-
-
-async def test_queries_filter_get_update_purge_and_return_newest_first(
-    any_engine: AsyncEngine,
-) -> None:
-    with anyio.fail_after(10):
-        async with SqlFailureStore(any_engine) as store:
-            await check_queries(store)
 
 
 async def test_a_given_engine_is_left_open_and_a_built_one_is_disposed(
