@@ -1,5 +1,6 @@
-"""Run records: one conformance suite for MemoryRunStore and SqlRunStore, and the scheduler's
-use of them (checkpoint and resume, stale runs, manual trigger)."""
+"""Run records: one conformance suite for the RunStore Protocol, over MemoryRunStore and
+SqlRunStore (SQLite and PostgreSQL), and the scheduler's use of them (checkpoint and resume,
+stale runs, manual trigger)."""
 
 from __future__ import annotations
 
@@ -25,19 +26,20 @@ from scheduler.backends.sql import SqlRunStore
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RunStore]:
+    """Every RunStore: the memory one (the verified fake), and the SQL one on a SQLite file
+    and on the session's PostgreSQL (emptied for each test)."""
     if request.param == "memory":
         yield MemoryRunStore()
         return
-    sql = SqlRunStore.from_url(f"sqlite+aiosqlite:///{tmp_path / 'runs.db'}")
-    yield sql
-    await sql.aclose()
+    url = (
+        tmp_path / "runs.db"
+        if request.param == "sqlite"
+        else request.getfixturevalue("postgres_url")
+    )
+    async with SqlRunStore.from_url(url) as sql:
+        yield sql
 
 
 def record(n: int, **changes: object) -> RunRecord:

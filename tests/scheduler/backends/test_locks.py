@@ -14,11 +14,6 @@ from scheduler.backends.redis import RedisLock, make_redis_client
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(params=["local", "redis"])
 async def lock(request: pytest.FixtureRequest) -> AsyncIterator[Lock]:
     if request.param == "local":

@@ -1,4 +1,6 @@
-"""Jobs kept as rows (user reminders): loaded at start, and again after a restart."""
+"""Jobs kept as data (user reminders): one conformance suite for the JobStore Protocol, over
+MemoryJobStore and SqlJobStore (SQLite and PostgreSQL), and the scheduler loading them at start
+and again after a restart."""
 
 from __future__ import annotations
 
@@ -8,29 +10,57 @@ from pathlib import Path
 
 import anyio
 import pytest
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from scheduler import JobDefinition, LocalLock, RunContext, Scheduler, VirtualClock
+from scheduler import (
+    JobDefinition,
+    LocalLock,
+    MemoryJobStore,
+    MemoryRunStore,
+    RunContext,
+    Scheduler,
+    VirtualClock,
+)
+from scheduler.abc import JobStore, RunStore
 from scheduler.backends.sql import SqlJobStore, SqlRunStore, create_tables, make_engine
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+class Stores:
+    """One database's job table and run table, and more job stores on it (a replica each)."""
+
+    def __init__(self, table: JobStore, runs: RunStore, more: Callable[[], JobStore]) -> None:
+        self.table = table
+        self.runs = runs
+        self.more = more
 
 
-@pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    engine = make_engine(f"sqlite+aiosqlite:///{tmp_path / 'app.db'}")
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
+    """Every JobStore: the memory one (shared by the replicas of one process, as a table is),
+    and the SQL one on a SQLite file and on the session's PostgreSQL (emptied for each test)."""
+    if request.param == "memory":
+        table = MemoryJobStore()
+        yield Stores(table, MemoryRunStore(), lambda: table)
+        return
+    url = (
+        tmp_path / "app.db"
+        if request.param == "sqlite"
+        else request.getfixturevalue("postgres_url")
+    )
+    engine = make_engine(url)
     await create_tables(engine)
-    yield engine
+    yield Stores(SqlJobStore(engine), SqlRunStore(engine), lambda: SqlJobStore(engine))
     await engine.dispose()
 
 
-async def test_reminders_load_at_start_and_again_after_a_restart(engine: AsyncEngine) -> None:
-    table = SqlJobStore(engine)
+async def test_stores_fit_the_protocol(stores: Stores) -> None:
+    _: JobStore = stores.table
+    assert isinstance(stores.table, JobStore)
+
+
+async def test_reminders_load_at_start_and_again_after_a_restart(stores: Stores) -> None:
+    table = stores.table
     await table.put(JobDefinition(name="reminder:1", expr="0 */5 * * * *", payload='{"u": 1}'))
     await table.put(JobDefinition(name="reminder:2", expr="0 0 9 * * *", tz="Asia/Shanghai"))
     await table.put(JobDefinition(name="reminder:3", expr="0 * * * * *", enabled=False))
@@ -44,7 +74,7 @@ async def test_reminders_load_at_start_and_again_after_a_restart(engine: AsyncEn
         return remind
 
     clock = VirtualClock(T0)
-    runs = SqlRunStore(engine)
+    runs = stores.runs
 
     def build() -> Scheduler:
         return Scheduler(clock=clock, runs=runs, job_source=table, job_factory=factory)
@@ -69,8 +99,8 @@ async def test_reminders_load_at_start_and_again_after_a_restart(engine: AsyncEn
     assert names == ["reminder:1", "reminder:1"]
 
 
-async def test_job_table_put_replaces_and_delete_removes(engine: AsyncEngine) -> None:
-    table = SqlJobStore(engine)
+async def test_job_table_put_replaces_and_delete_removes(stores: Stores) -> None:
+    table = stores.table
     await table.put(JobDefinition(name="a", expr="0 0 * * * *"))
     await table.put(JobDefinition(name="a", expr="0 30 * * * *", enabled=False))
     assert await table.load() == [JobDefinition(name="a", expr="0 30 * * * *", enabled=False)]
@@ -79,10 +109,10 @@ async def test_job_table_put_replaces_and_delete_removes(engine: AsyncEngine) ->
     assert await table.load() == []
 
 
-async def test_loaded_job_fires_in_its_time_zone(engine: AsyncEngine) -> None:
-    table = SqlJobStore(engine)
+async def test_loaded_job_fires_in_its_time_zone(stores: Stores) -> None:
+    table = stores.table
     await table.put(JobDefinition(name="r", expr="0 0 9 * * *", tz="Asia/Shanghai"))
-    sched = Scheduler(clock=VirtualClock(T0), runs=SqlRunStore(engine))
+    sched = Scheduler(clock=VirtualClock(T0), runs=stores.runs)
 
     async def remind(run: RunContext) -> None:
         pass
@@ -93,13 +123,13 @@ async def test_loaded_job_fires_in_its_time_zone(engine: AsyncEngine) -> None:
 
 
 async def test_a_paused_table_job_is_skipped_by_every_replica_and_after_a_restart(
-    engine: AsyncEngine,
+    stores: Stores,
 ) -> None:
-    table = SqlJobStore(engine)
+    table = stores.table
     await table.put(JobDefinition(name="reminder:1", expr="0 * * * * *"))
     clock = VirtualClock(T0)
     lock = LocalLock(clock.now)
-    runs = SqlRunStore(engine)
+    runs = stores.runs
     ran: list[datetime | None] = []
 
     def factory(definition: JobDefinition) -> Callable[[RunContext], Awaitable[None]]:
@@ -109,7 +139,7 @@ async def test_a_paused_table_job_is_skipped_by_every_replica_and_after_a_restar
         return remind
 
     def replica(name: str) -> Scheduler:
-        source = SqlJobStore(engine)  # each replica reads the table on its own
+        source = stores.more()  # each replica reads the table on its own
         return Scheduler(
             clock=clock, runs=runs, lock=lock, replica=name, job_source=source, job_factory=factory
         )
@@ -141,3 +171,28 @@ async def test_a_paused_table_job_is_skipped_by_every_replica_and_after_a_restar
     )
     two, four = T0 + timedelta(minutes=2), T0 + timedelta(minutes=4)
     assert paused == [(two, "a"), (two, "b"), (two, "c"), (four, "d")]
+
+
+async def test_load_lists_every_definition_by_name_enabled_or_not(stores: Stores) -> None:
+    table = stores.table
+    assert await table.load() == []
+    b = JobDefinition(name="b", expr="0 0 * * * *", tz="Europe/Paris", payload='{"x": 1}')
+    a = JobDefinition(name="a", expr="0 30 * * * *", enabled=False, paused=True)
+    await table.put(b)
+    await table.put(a)
+    assert await table.load() == [a, b]
+    assert await stores.more().load() == [a, b]  # another reader of the same table
+
+
+async def test_the_paused_state_is_kept_with_the_definition(stores: Stores) -> None:
+    table = stores.table
+    assert await table.is_paused("r") is None
+    assert await table.set_paused("r", True) is False  # no such definition: nothing stored
+    await table.put(JobDefinition(name="r", expr="0 * * * * *"))
+    assert await table.is_paused("r") is False
+    assert await table.set_paused("r", True) is True
+    assert await stores.more().is_paused("r") is True
+    [loaded] = await table.load()
+    assert loaded.paused
+    await table.put(JobDefinition(name="r", expr="0 */2 * * * *"))  # replaced, paused=False
+    assert await table.is_paused("r") is False

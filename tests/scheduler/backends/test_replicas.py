@@ -21,13 +21,8 @@ from anyio.abc import Process
 from scheduler import RunRecord
 from scheduler.backends.sql import SqlRunStore
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SECONDS = 5
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 async def run_replicas(
@@ -38,7 +33,7 @@ async def run_replicas(
     procs: list[Process] = []
     try:
         for i in range(3):
-            command = [sys.executable, "-m", "tests.scheduler.replica_app"]
+            command = [sys.executable, "-m", "tests.scheduler.backends.replica_app"]
             args = [redis_url, db_url, f"replica-{i}", *options]
             procs.append(await anyio.open_process(command + args, cwd=ROOT))
         with anyio.fail_after(30):

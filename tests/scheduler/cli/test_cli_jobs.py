@@ -20,11 +20,6 @@ T0 = datetime(2024, 1, 1, tzinfo=UTC)
 AFTER = ["--after", "2024-01-01T00:00:00+00:00"]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def record(n: int, name: str, status: str, error: str | None = None) -> RunRecord:
     when = T0 - timedelta(hours=n)
     return RunRecord(

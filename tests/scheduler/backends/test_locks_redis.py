@@ -23,11 +23,6 @@ T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def client(redis_url: str) -> AsyncIterator[Redis]:
     client = make_redis_client(redis_url, socket_timeout=2)
     yield client

@@ -13,7 +13,7 @@ import pytest
 
 from scheduler._cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 APP = """
 from scheduler import Scheduler
@@ -35,11 +35,6 @@ def make():
 
 APP_NAME = "not a scheduler"
 """
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture

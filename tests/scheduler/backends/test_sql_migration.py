@@ -52,11 +52,6 @@ sa.Table(
 )
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 async def old_engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AsyncEngine]:
     """An engine on a database holding the first release's tables, one row in each."""

@@ -29,11 +29,6 @@ UNSURE = (RedisConnectionError, RedisTimeoutError)
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def client(redis_url: str) -> AsyncIterator[Redis]:
     client = make_redis_client(redis_url, socket_timeout=2)
     yield client

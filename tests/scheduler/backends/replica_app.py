@@ -1,6 +1,6 @@
 """One scheduler replica, for the multi-process test (``test_replicas.py``).
 
-``python -m tests.scheduler.replica_app REDIS_URL DB_URL NAME [CATCH_UP]``: starts a
+``python -m tests.scheduler.backends.replica_app REDIS_URL DB_URL NAME [CATCH_UP]``: starts a
 scheduler with a one-second cron job (with ``catch_up=CATCH_UP``, default ``skip``), writes
 ``ready`` to stdout, and runs until stdin is closed. Every replica shares one Redis (the
 lock) and one SQLite file (the run table).
