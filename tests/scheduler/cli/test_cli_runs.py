@@ -153,7 +153,7 @@ def test_a_password_in_db_is_never_shown(capsys: pytest.CaptureFixture[str]) -> 
 def test_help_texts_show_no_restructuredtext_markup() -> None:
     """Regression test: ``--help`` printed ``double backticks`` from the module docstring."""
     from scheduler._cli import build_parser
-    from tests.eventbus.test_cli_helpers import all_help_texts
+    from tests.eventbus.cli.test_cli_helpers import all_help_texts
 
     texts = all_help_texts(build_parser())
     assert len(texts) == 7  # the program and its six commands

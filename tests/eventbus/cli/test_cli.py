@@ -20,11 +20,6 @@ from eventbus._cli import build_parser, main
 from eventbus.backends.sql import SqlFailureStore
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def make_record(n: int, **changes: object) -> FailureRecord:
     at = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=n)
     rec = FailureRecord(
@@ -284,7 +279,7 @@ def test_db_takes_a_path_as_well_as_a_url(
 
 def test_help_texts_show_no_restructuredtext_markup() -> None:
     """Regression test: ``--help`` printed ``double backticks`` from the module docstring."""
-    from tests.eventbus.test_cli_helpers import all_help_texts
+    from tests.eventbus.cli.test_cli_helpers import all_help_texts
 
     texts = all_help_texts(build_parser())
     assert len(texts) == 6  # the program, 'failures' and its four actions

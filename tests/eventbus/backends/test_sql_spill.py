@@ -23,12 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from eventbus import EventBus
 from eventbus.backends._sql_spill import SpillFile, encode
 from eventbus.backends.sql import SqlFailureStore, make_engine
-from tests.eventbus.test_sql_store import make_record, reg, table_rows
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+from tests.eventbus.backends.test_sql_store import make_record, reg, table_rows
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from eventbus import EventBus, EventBusError
 from eventbus.cli import EXIT_BROKEN_PIPE, AppLoadError, load_app, quiet_broken_pipe
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 APP = """
 from eventbus import EventBus
@@ -133,7 +133,7 @@ def read_one_line_then_close(argv: list[str]) -> tuple[bytes, int, bytes]:
 
 def test_failures_list_into_head_exits_quietly(tmp_path: Path) -> None:
     """Regression test: ``failures list | head`` exited 1 blaming the database."""
-    from tests.eventbus.test_cli import make_record, write_records
+    from tests.eventbus.cli.test_cli import make_record, write_records
 
     db = f"sqlite+aiosqlite:///{tmp_path / 'many.db'}"
     write_records(db, *(make_record(n % 90, id=f"r{n:06d}") for n in range(3_000)))

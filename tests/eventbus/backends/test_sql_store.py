@@ -39,11 +39,6 @@ class UserRegistered(Event, name="user.registered", registry=reg):
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "failures.db"
 

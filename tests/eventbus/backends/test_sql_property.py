@@ -10,7 +10,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import anyio
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,11 +18,6 @@ from eventbus.backends.sql import SqlFailureStore
 from tests.eventbus.helpers import OrderPaid, OrderShipped, UserRegistered, reg
 
 PATTERNS = ["order.paid", "order.shipped", "order.*", "*.paid", "**", "user.*"]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @dataclasses.dataclass(frozen=True)

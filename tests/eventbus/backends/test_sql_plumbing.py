@@ -20,11 +20,6 @@ from eventbus.backends.sql import (
 )
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
