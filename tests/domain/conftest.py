@@ -1,6 +1,7 @@
 """Fixtures of the domain tests: a SQLite file per test and counter stores (memory and Redis).
 
-Each test module sets ``anyio_backend`` to ``"asyncio"`` itself (SQL and Redis are asyncio-only).
+The domain's services run on SQL and Redis, so its tests run on asyncio (``anyio_backend``
+below); ``test_counters.py`` picks trio with a virtual clock for the in-process window.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
 
 
 @pytest.fixture

@@ -38,11 +38,6 @@ N_ARTICLES = 20
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def engines(postgres_url: str) -> AsyncIterator[Callable[[], AsyncEngine]]:
     """A factory of engines on one fresh database (tables created); all disposed after."""
     made: list[AsyncEngine] = []

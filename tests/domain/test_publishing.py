@@ -21,11 +21,6 @@ from tests.domain.pause import Pause
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Clock:
     def __init__(self) -> None:
         self.now = T0
