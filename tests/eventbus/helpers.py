@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
+from typing import Any
 
+import anyio
+import pytest
+import trio.testing
 from anyio.lowlevel import checkpoint
 
-from eventbus import Event, EventRegistry
+from eventbus import Event, EventBus, EventRegistry
 
 __all__ = [
     "Deep",
@@ -16,8 +20,12 @@ __all__ = [
     "Recorder",
     "ShortlinkVisited",
     "UserRegistered",
+    "converts_cancel",
+    "count_plan_builds",
     "explode",
     "reg",
+    "swallows_cancel",
+    "virtual_trio",
 ]
 
 reg = EventRegistry()
@@ -79,3 +87,40 @@ class Recorder:
 
         listener.__qualname__ = tag
         return listener
+
+
+def count_plan_builds(bus: EventBus) -> list[type[Event]]:
+    """Record each dispatch plan the bus builds (by wrapping its table's builder; private)."""
+    builds: list[type[Event]] = []
+    table = bus._table
+    build = table._build
+
+    def counting(cls: type[Event]) -> Any:
+        builds.append(cls)
+        return build(cls)
+
+    table._build = counting  # type: ignore[method-assign]
+    return builds
+
+
+#: Run the test on trio only, on a virtual clock that jumps whenever every task waits.
+virtual_trio = pytest.mark.parametrize(
+    "anyio_backend", [("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})]
+)
+
+
+async def swallows_cancel(e: Event) -> str:
+    """Waits forever, and returns normally when cancelled: hides the cancellation."""
+    try:
+        await anyio.sleep_forever()
+    except anyio.get_cancelled_exc_class():
+        return "gave up quietly"
+    raise AssertionError("unreachable")
+
+
+async def converts_cancel(e: Event) -> None:
+    """Waits forever, and turns its cancellation into a ``RuntimeError``."""
+    try:
+        await anyio.sleep_forever()
+    except BaseException as exc:
+        raise RuntimeError("connection aborted") from exc
