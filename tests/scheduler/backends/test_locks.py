@@ -102,3 +102,11 @@ async def test_holder_names_the_owner_written_into_the_token(
             assert await lock.holder("job") is None
     finally:
         await client.aclose()
+
+
+async def test_claims_of_sub_second_fires_do_not_collide(lock: Lock) -> None:
+    """Regression test: claims were keyed on whole seconds, so the fires at 1.0 s and 1.5 s
+    shared one key and the second was skipped as 'claimed' on every replica."""
+    assert await lock.claim_fire("fast", T0 + timedelta(seconds=1.0), ttl=60)
+    assert await lock.claim_fire("fast", T0 + timedelta(seconds=1.5), ttl=60)
+    assert not await lock.claim_fire("fast", T0 + timedelta(seconds=1.5), ttl=60)

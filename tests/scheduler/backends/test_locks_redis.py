@@ -176,3 +176,57 @@ async def test_a_redis_restart_mid_run_is_detected(
     [rec] = result
     assert (rec.status, rec.lock_lost) == ("succeeded", True)
     assert sched.statistics().lock_lost == 1
+
+
+async def test_a_half_second_interval_runs_every_fire_through_the_redis_lock(
+    client: Redis,
+) -> None:
+    """Regression test: every other fire of a 0.5 s interval was skipped as 'claimed'."""
+    clock = VirtualClock(T0)
+    runs = MemoryRunStore()
+    sched = Scheduler(clock=clock, runs=runs, lock=RedisLock(client))
+
+    @sched.interval(seconds=0.5, name="fast", lock_ttl=5)
+    async def fast(run: RunContext) -> None:
+        pass
+
+    with anyio.fail_after(10):
+        async with sched:
+            for _ in range(6):
+                await clock.advance(0.5)
+                await sched.wait_idle()
+    statuses = [r.status for r in await runs.query(limit=None)]
+    assert statuses == ["succeeded"] * 6
+
+
+async def test_fencing_tokens_keep_growing_across_a_redis_restart_without_persistence(
+    redis_server: RedisServer, redis_url: str
+) -> None:
+    """Regression test: the fence counter restarted at 1 after Redis lost its keys."""
+    before = []
+    client = make_redis_client(redis_url, socket_timeout=2)
+    try:
+        lock = RedisLock(client)
+        with anyio.fail_after(10):
+            for _ in range(3):
+                lease = await lock.acquire("job", ttl=5)
+                assert lease is not None
+                before.append(lease.fence)
+                await lease.release()
+            await anyio.to_thread.run_sync(redis_server.restart)
+            assert not await _exists_after_reconnect(client, "scheduler:fence:job")
+            lease = await lock.acquire("job", ttl=5)
+    finally:
+        await client.aclose()
+    assert before == [before[0], before[0] + 1, before[0] + 2]
+    assert lease is not None and lease.fence > before[-1]
+
+
+async def _exists_after_reconnect(client: Redis, key: str) -> bool:
+    """EXISTS, once more if the pooled connection died with the old server (no retries)."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    try:
+        return bool(await client.exists(key))
+    except RedisConnectionError:
+        return bool(await client.exists(key))

@@ -321,3 +321,77 @@ async def test_replicas_run_the_first_fires_after_a_stall_that_cut_off_an_acquir
     assert not [r for r in late if (r.error or "").startswith("locked")]
     async with make_redis_client(redis_url) as check:
         assert await check.exists(stalling.key("tick")) == 0
+
+
+# -- a reply lost on its way back, and a client that never resends on its own -------------
+
+
+class ReplyDropper:
+    """A TCP proxy to Redis that relays the first command containing ``marker`` to the server
+    but closes the client's connection instead of relaying its reply: the server ran it,
+    and the client cannot know."""
+
+    def __init__(self, port: int, marker: bytes) -> None:
+        self.port = port
+        self.marker = marker
+        self.dropped: list[bytes] = []
+
+    async def serve(self, *, task_status: anyio.abc.TaskStatus[int]) -> None:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        async with listener:
+            task_status.started(listener.extra(anyio.abc.SocketAttribute.local_port))
+            await listener.serve(self._handle)
+
+    async def _handle(self, downstream: SocketStream) -> None:
+        upstream = await anyio.connect_tcp("127.0.0.1", self.port)
+        async with downstream, upstream, anyio.create_task_group() as tg:
+            tg.start_soon(self._relay, upstream, downstream, tg.cancel_scope)
+            async for data in downstream:
+                await upstream.send(data)
+                if not self.dropped and self.marker in data:
+                    self.dropped.append(data)
+                    tg.cancel_scope.cancel()  # the reply is never relayed
+                    return
+            tg.cancel_scope.cancel()
+
+    @staticmethod
+    async def _relay(src: SocketStream, dst: SocketStream, scope: anyio.CancelScope) -> None:
+        try:
+            async for data in src:
+                await dst.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+        scope.cancel()
+
+
+async def test_a_lost_set_nx_reply_is_resolved_by_resending_it(
+    redis_server: RedisServer, client: Redis
+) -> None:
+    """Regression test: the client retried the SET NX whose reply was lost, found its own
+    lock and reported it held by someone else (and the lock stayed held for its TTL)."""
+    dropper = ReplyDropper(redis_server.port, b"scheduler:lock:job")
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            port = await tg.start(dropper.serve)
+            proxied = make_redis_client(f"redis://127.0.0.1:{port}/0", socket_timeout=2)
+            try:
+                lock = RedisLock(proxied)
+                warm = await lock.acquire("warm-up", ttl=5)  # loads the scripts
+                assert warm is not None and await warm.release()
+                lease = await lock.acquire("job", ttl=30)
+            finally:
+                await proxied.aclose()
+            tg.cancel_scope.cancel()
+    assert len(dropper.dropped) == 1
+    assert lease is not None
+    fence = int(await client.get("scheduler:fence:job") or 0)
+    assert lease.fence == fence
+    assert await client.get("scheduler:lock:job") == lease.token  # ours
+
+
+def test_the_lock_client_does_not_retry_commands() -> None:
+    """Regression test: make_redis_client retried after a ConnectionError, which can run a
+    command whose reply was lost a second time."""
+    client = make_redis_client("redis://127.0.0.1:1/0")
+    retry = client.connection_pool.connection_kwargs["retry"]
+    assert retry.get_retries() == 0

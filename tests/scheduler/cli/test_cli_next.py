@@ -47,6 +47,11 @@ def test_default_is_five_times_after_now(capsys: pytest.CaptureFixture[str]) -> 
             "error: unknown time zone 'Mars/Olympus'; use an IANA name such as 'Europe/London'\n",
             id="unknown-zone",
         ),
+        pytest.param(  # a directory of the zone database: was a traceback
+            ["next", "*", "--tz", "America"],
+            "error: unknown time zone 'America'; use an IANA name such as 'Europe/London'\n",
+            id="zone-is-a-directory",
+        ),
         pytest.param(
             ["next", "@daily", "--after", "yesterday"],
             "error: --after 'yesterday' is not an ISO 8601 date-time\n",
