@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -11,10 +12,11 @@ import pytest
 import trio.testing
 from anyio.lowlevel import checkpoint
 
-from eventbus import Event, EventBus, EventRegistry
+from eventbus import Event, EventBus, EventRegistry, FailureRecord
 
 __all__ = [
     "Deep",
+    "Flaky",
     "OrderPaid",
     "OrderShipped",
     "Recorder",
@@ -23,6 +25,7 @@ __all__ = [
     "converts_cancel",
     "count_plan_builds",
     "explode",
+    "make_record",
     "reg",
     "swallows_cancel",
     "virtual_trio",
@@ -124,3 +127,34 @@ async def converts_cancel(e: Event) -> None:
         await anyio.sleep_forever()
     except BaseException as exc:
         raise RuntimeError("connection aborted") from exc
+
+
+def make_record(n: int, *, listener: str = "billing", event: str = "order.paid") -> FailureRecord:
+    """Failure record *n*, as a store gets it: ids, payload and times numbered by *n*."""
+    at = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=n)
+    return FailureRecord(
+        id=f"rec-{n:05d}",
+        event_id=f"ev-{n:05d}",
+        event_name=event,
+        payload=f'{{"order_id": {n}}}',
+        payload_ok=True,
+        listener=listener,
+        error_type="ValueError",
+        message=f"boom {n}",
+        traceback="Traceback (most recent call last):\nValueError: boom\n",
+        first_failed_at=at,
+        last_failed_at=at,
+    )
+
+
+class Flaky:
+    """Fails while ``failing`` is true; records every event it sees."""
+
+    def __init__(self) -> None:
+        self.failing = True
+        self.seen: list[Event] = []
+
+    def __call__(self, event: Event) -> None:
+        self.seen.append(event)
+        if self.failing:
+            raise ValueError(f"flaky {len(self.seen)}")

@@ -23,12 +23,12 @@ from eventbus import (
     Event,
     EventBus,
     EventRegistry,
-    FailureRecord,
     FailureStatus,
     MemoryFailureStore,
 )
 from eventbus.abc import FailureStore
 from eventbus.backends.sql import SqlFailureStore, make_engine
+from tests.eventbus.helpers import Flaky, make_record
 
 reg = EventRegistry()
 
@@ -101,36 +101,6 @@ def make_store(engine: AsyncEngine | None) -> Callable[[], FailureStore]:
 @pytest.fixture
 def store(make_store: Callable[[], FailureStore]) -> FailureStore:
     return make_store()
-
-
-def make_record(n: int, *, listener: str = "billing", event: str = "order.paid") -> FailureRecord:
-    at = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=n)
-    return FailureRecord(
-        id=f"rec-{n:05d}",
-        event_id=f"ev-{n:05d}",
-        event_name=event,
-        payload=f'{{"order_id": {n}}}',
-        payload_ok=True,
-        listener=listener,
-        error_type="ValueError",
-        message=f"boom {n}",
-        traceback="Traceback (most recent call last):\nValueError: boom\n",
-        first_failed_at=at,
-        last_failed_at=at,
-    )
-
-
-class Flaky:
-    """Fails while ``failing`` is true; records every event it sees."""
-
-    def __init__(self) -> None:
-        self.failing = True
-        self.seen: list[Event] = []
-
-    def __call__(self, event: Event) -> None:
-        self.seen.append(event)
-        if self.failing:
-            raise ValueError(f"flaky {len(self.seen)}")
 
 
 async def test_fits_the_protocol(store: FailureStore) -> None:

@@ -14,6 +14,7 @@ import pytest
 from eventbus import Event, EventBus, EventRegistry, FailureStatus
 from eventbus._retry import RetryItem, RetryReport
 from eventbus.backends.sql import SqlFailureStore
+from tests.eventbus.helpers import Flaky
 
 reg = EventRegistry()
 
@@ -40,19 +41,6 @@ PAID = OrderPaid(
 @pytest.fixture
 def db_url(tmp_path: Path) -> str:
     return f"sqlite+aiosqlite:///{tmp_path / 'failures.db'}"
-
-
-class Flaky:
-    """Fails while ``failing`` is true; records every event it sees."""
-
-    def __init__(self) -> None:
-        self.failing = True
-        self.seen: list[Event] = []
-
-    def __call__(self, event: Event) -> None:
-        self.seen.append(event)
-        if self.failing:
-            raise ValueError(f"flaky {len(self.seen)}")
 
 
 async def record_failures(db_url: str, *events: Event, listener: str = "flaky") -> None:

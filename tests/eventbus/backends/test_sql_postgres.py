@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from eventbus.backends.sql import SqlFailureStore
-from tests.eventbus.backends.test_sql_store import make_record
+from tests.eventbus.helpers import make_record
 
 
 @pytest.fixture

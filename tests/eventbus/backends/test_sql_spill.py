@@ -23,7 +23,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from eventbus import EventBus
 from eventbus.backends._sql_spill import SpillFile, encode
 from eventbus.backends.sql import SqlFailureStore, make_engine
-from tests.eventbus.backends.test_sql_store import make_record, reg, table_rows
+from tests.eventbus.backends.test_sql_store import reg, table_rows
+from tests.eventbus.helpers import make_record
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from eventbus.backends.sql import (
     default_db_url,
     failures_table,
 )
+from tests.eventbus.helpers import make_record
 
 reg = EventRegistry()
 
@@ -64,23 +65,6 @@ async def any_engine(request: pytest.FixtureRequest, db_url: str) -> AsyncIterat
     yield eng
     assert eng.pool.checkedout() == 0  # type: ignore[attr-defined]
     await eng.dispose()
-
-
-def make_record(n: int, *, listener: str = "billing", event: str = "order.paid") -> FailureRecord:
-    at = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=n)
-    return FailureRecord(
-        id=f"rec-{n:05d}",
-        event_id=f"ev-{n:05d}",
-        event_name=event,
-        payload=f'{{"order_id": {n}}}',
-        payload_ok=True,
-        listener=listener,
-        error_type="ValueError",
-        message=f"boom {n}",
-        traceback="Traceback (most recent call last):\nValueError: boom\n",
-        first_failed_at=at,
-        last_failed_at=at,
-    )
 
 
 def table_rows(db_path: Path) -> list[tuple[str, str, str]]:
