@@ -49,8 +49,8 @@ class CounterStore(Protocol):
     * A store whose data can vanish under it (a Redis server restarted without persistence)
       detects it at the next ``record()`` or ``stage()`` and calls every ``on_loss()`` callback
       with a :class:`StoreLoss`; the counts of that call go on counting.
-    * ``aclose()`` (and ``async with``) releases what the store built, never a client it was
-      given; the counts stay where they are kept.
+    * ``aclose()`` releases what the store built, never a client it was given; the counts stay
+      where they are kept. (The stores of this package are also async context managers.)
     """
 
     buckets: int

@@ -20,8 +20,9 @@ class FailureStore(Protocol):
       server buffers and writes from a background task.
     * ``start(task_group)`` is called by the bus on ``async with bus:``; background work runs
       in that task group. ``aclose()`` flushes everything accepted so far, and releases what
-      the store built (an engine from a URL), never what it was given; ``async with store:``
-      closes it on exit.
+      the store built (an engine from a URL), never what it was given. (The stores of this
+      package are also async context managers that close on exit; the bus needs only
+      ``aclose()``.)
     * ``flush()`` returns once every record accepted before the call is queryable.
     * Queries return newest first.
     * Every field of a record reads as its declared type; ``traceback`` is ``str``. A record

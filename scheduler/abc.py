@@ -104,7 +104,7 @@ class RunStore(Protocol):
       their status (catch-up after downtime starts after it), or ``None``.
     * Queries return newest first.
     * ``aclose()`` releases what the store built (an engine from a URL), never what it was
-      given; ``async with store:`` closes it on exit.
+      given. (The stores of this package are also async context managers that close on exit.)
     """
 
     async def add(self, record: RunRecord) -> None:
