@@ -24,7 +24,7 @@ The tree::
 Defined beside what raises them: ``AppLoadError`` in :mod:`eventbus.cli`, the two pyee errors
 in :mod:`eventbus.interop.pyee` (``UnmappedEventError`` is a ``LookupError`` as pyee's own
 ``KeyError`` is; ``UnsupportedPyeeEventError`` a ``ValueError``: the name means nothing on the
-bus), ``UnexpectedFailuresError`` in :mod:`eventbus.testing`. ``tests/test_exceptions.py``
+bus), ``UnexpectedFailuresError`` in :mod:`eventbus.testing`. ``tests/test_docstrings.py``
 checks this tree against the classes.
 
 Messages are built here from data, so that raise sites pass values, not prose.
