@@ -25,6 +25,7 @@ from eventbus import (
     EventRegistry,
     FailureStatus,
     MemoryFailureStore,
+    RetryItem,
 )
 from eventbus.abc import FailureStore
 from eventbus.backends.sql import SqlFailureStore, make_engine
@@ -236,7 +237,7 @@ async def record_failures(store: FailureStore, *events: Event) -> None:
                 bus.emit(e)
 
 
-async def test_a_retry_that_succeeds_resolves_the_record_with_the_rehydrated_event(
+async def test_a_retry_that_succeeds_resolves_the_row_with_the_rehydrated_event(
     make_store: Callable[[], FailureStore],
 ) -> None:
     await record_failures(make_store(), PAID)
@@ -250,15 +251,40 @@ async def test_a_retry_that_succeeds_resolves_the_record_with_the_rehydrated_eve
             [row] = await bus.failures.query()
     assert flaky.seen == [PAID]  # Decimal, datetime and UUID rebuilt, not strings
     assert (report.resolved, report.failed, report.dead, report.skipped) == (1, 0, 0, 0)
+    assert report.items == (
+        RetryItem(row.id, "order.paid", "flaky", "resolved", attempts=2, reason=None),
+    )
     assert row.status is FailureStatus.RESOLVED
     assert row.attempts == 2 and row.resolved_at is not None
 
 
-async def test_a_retry_marks_the_record_dead_after_max_attempts(
+async def test_a_retry_that_fails_again_counts_the_attempt_and_keeps_the_row_pending(
     make_store: Callable[[], FailureStore],
 ) -> None:
     await record_failures(make_store(), PAID)
-    bus = EventBus(reg, make_store())
+    bus = EventBus(reg, make_store())  # the process that retries
+    bus.on("**", Flaky(), name="flaky")
+    with anyio.fail_after(10):
+        async with bus:
+            [before] = await bus.failures.query()
+            report = await bus.retry_failures(max_attempts=5)
+            [row] = await bus.failures.query()
+    assert (report.failed, str(report)) == (
+        1,
+        "1 retried: 0 resolved, 1 failed again, 0 dead, 0 skipped",
+    )
+    assert report.items[0].reason == "ValueError: flaky 1"
+    assert row.status is FailureStatus.PENDING and row.attempts == 2
+    assert row.message == "flaky 1" and "ValueError: flaky 1" in row.traceback
+    assert row.last_failed_at > before.last_failed_at
+    assert row.first_failed_at == before.first_failed_at
+
+
+async def test_a_row_becomes_dead_after_max_attempts(
+    make_store: Callable[[], FailureStore],
+) -> None:
+    await record_failures(make_store(), PAID)
+    bus = EventBus(reg, make_store())  # the process that retries
     bus.on("**", Flaky(), name="flaky")
     with anyio.fail_after(10):
         async with bus:

@@ -1,4 +1,7 @@
-"""bus.retry_failures() against a real SQLite file: resolved, failed again, dead, skipped."""
+"""bus.retry_failures() against a real SQLite file: rows skipped and why, filters, timeouts.
+
+A retry that resolves a row, fails again or makes it dead is in the FailureStore conformance
+suite (``test_failure_stores.py``), on every store."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import anyio
 import pytest
 
 from eventbus import Event, EventBus, EventRegistry, FailureStatus
-from eventbus._retry import RetryItem, RetryReport
+from eventbus._retry import RetryReport
 from eventbus.backends.sql import SqlFailureStore
 from tests.eventbus.helpers import Flaky
 
@@ -55,64 +58,6 @@ async def record_failures(db_url: str, *events: Event, listener: str = "flaky") 
 
 def sql_bus(db_url: str, registry: EventRegistry = reg) -> EventBus:
     return EventBus(registry, SqlFailureStore(db_url))
-
-
-async def test_a_retry_that_succeeds_resolves_the_row_with_the_rehydrated_event(
-    db_url: str,
-) -> None:
-    await record_failures(db_url, PAID)
-    bus = sql_bus(db_url)
-    flaky = Flaky()
-    flaky.failing = False
-    bus.on("**", flaky, name="flaky")
-    with anyio.fail_after(5):
-        async with bus:
-            report = await bus.retry_failures()
-            [row] = await bus.failures.query()
-    assert flaky.seen == [PAID]  # Decimal, datetime and UUID rebuilt, not strings
-    assert (report.resolved, report.failed, report.dead, report.skipped) == (1, 0, 0, 0)
-    assert report.items == (
-        RetryItem(row.id, "order.paid", "flaky", "resolved", attempts=2, reason=None),
-    )
-    assert row.status is FailureStatus.RESOLVED
-    assert row.attempts == 2 and row.resolved_at is not None
-
-
-async def test_a_retry_that_fails_again_counts_the_attempt_and_keeps_the_row_pending(
-    db_url: str,
-) -> None:
-    await record_failures(db_url, PAID)
-    bus = sql_bus(db_url)
-    bus.on("**", Flaky(), name="flaky")
-    with anyio.fail_after(5):
-        async with bus:
-            [before] = await bus.failures.query()
-            report = await bus.retry_failures(max_attempts=5)
-            [row] = await bus.failures.query()
-    assert (report.failed, str(report)) == (
-        1,
-        "1 retried: 0 resolved, 1 failed again, 0 dead, 0 skipped",
-    )
-    assert report.items[0].reason == "ValueError: flaky 1"
-    assert row.status is FailureStatus.PENDING and row.attempts == 2
-    assert row.message == "flaky 1" and "ValueError: flaky 1" in row.traceback
-    assert row.last_failed_at > before.last_failed_at
-    assert row.first_failed_at == before.first_failed_at
-
-
-async def test_a_row_becomes_dead_after_max_attempts(db_url: str) -> None:
-    await record_failures(db_url, PAID)
-    bus = sql_bus(db_url)
-    bus.on("**", Flaky(), name="flaky")
-    with anyio.fail_after(5):
-        async with bus:
-            first = await bus.retry_failures(max_attempts=3)  # attempt 2
-            second = await bus.retry_failures(max_attempts=3)  # attempt 3: dead
-            third = await bus.retry_failures(max_attempts=3)  # nothing pending any more
-            [row] = await bus.failures.query()
-    assert (first.failed, second.dead, third.items) == (1, 1, ())
-    assert row.status is FailureStatus.DEAD and row.attempts == 3
-    assert row.note == "dead after 3 attempts (max_attempts=3)"
 
 
 async def test_a_missing_listener_leaves_the_row_pending_with_a_reason(db_url: str) -> None:
