@@ -66,6 +66,7 @@ __all__ = [
     "FailureStatus",
     "InvalidEventNameError",
     "InvalidPatternError",
+    "Listener",
     "ListenerDroppedError",
     "ListenerErrors",
     "ListenerLookupError",

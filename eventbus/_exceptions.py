@@ -15,8 +15,17 @@ The tree::
      ├── ListenerTimeoutError        (TimeoutError)  a listener's ``timeout=`` expired
      ├── ListenerDroppedError        a call that never ran (queue full, bus closing)
      ├── ListenerShutdownError       a call that shutdown cut short
-     └── AppLoadError                (ValueError)    ``--app`` names nothing usable (in ``cli``)
+     ├── AppLoadError                (ValueError)    ``--app`` names nothing usable
+     ├── UnmappedEventError          (LookupError)   a bridged pyee name with no mapping
+     └── UnsupportedPyeeEventError   (ValueError)    pyee's ``error`` or ``new_listener``
     ListenerErrors (ExceptionGroup)  what ``errors="propagate"`` raises, always a group
+    UnexpectedFailuresError (AssertionError)  failures a test did not expect
+
+Defined beside what raises them: ``AppLoadError`` in :mod:`eventbus.cli`, the two pyee errors
+in :mod:`eventbus.interop.pyee` (``UnmappedEventError`` is a ``LookupError`` as pyee's own
+``KeyError`` is; ``UnsupportedPyeeEventError`` a ``ValueError``: the name means nothing on the
+bus), ``UnexpectedFailuresError`` in :mod:`eventbus.testing`. ``tests/test_docstrings.py``
+checks this tree against the classes.
 
 Messages are built here from data, so that raise sites pass values, not prose.
 """
@@ -49,6 +58,8 @@ class EventBusError(Exception):
 
 
 class UnknownEventError(EventBusError, LookupError):
+    """An event name or type that nobody declared in the registry in use."""
+
     def __init__(
         self, name: str, hint: str = "declare it with 'class X(Event, name=...)' first"
     ) -> None:
@@ -57,6 +68,8 @@ class UnknownEventError(EventBusError, LookupError):
 
 
 class DuplicateEventError(EventBusError, ValueError):
+    """An event name declared twice in one registry."""
+
     def __init__(self, name: str, existing: type, new: type) -> None:
         self.name = name
         super().__init__(
@@ -66,6 +79,8 @@ class DuplicateEventError(EventBusError, ValueError):
 
 
 class InvalidEventNameError(EventBusError, ValueError):
+    """An event name outside dot-separated segments of ``[a-z0-9_-]``."""
+
     def __init__(self, name: object, reason: str) -> None:
         self.name = name
         self.reason = reason
@@ -73,6 +88,8 @@ class InvalidEventNameError(EventBusError, ValueError):
 
 
 class InvalidPatternError(EventBusError, ValueError):
+    """A subscription pattern that cannot match any event name."""
+
     def __init__(self, pattern: object, reason: str) -> None:
         self.pattern = pattern
         self.reason = reason
@@ -80,6 +97,8 @@ class InvalidPatternError(EventBusError, ValueError):
 
 
 class PayloadError(EventBusError, TypeError):
+    """A payload that does not fit its event's declared fields and types."""
+
     def __init__(self, event: str, problem: str) -> None:
         self.event = event
         self.problem = problem
@@ -87,6 +106,8 @@ class PayloadError(EventBusError, TypeError):
 
 
 class DuplicateListenerError(EventBusError, ValueError):
+    """Two listeners on one bus would share one name (names identify them in the failure table)."""
+
     def __init__(self, name: str) -> None:
         self.name = name
         super().__init__(
@@ -96,11 +117,15 @@ class DuplicateListenerError(EventBusError, ValueError):
 
 
 class ListenerLookupError(EventBusError, LookupError):
+    """``off()`` or a retry names a listener that is not subscribed."""
+
     def __init__(self, what: str) -> None:
         super().__init__(what)
 
 
 class BusNotRunningError(EventBusError, RuntimeError):
+    """``emit()`` found async listeners, but the bus is not entered (no workers to run them)."""
+
     def __init__(self, event: str, async_listeners: int) -> None:
         self.event = event
         super().__init__(
@@ -111,6 +136,8 @@ class BusNotRunningError(EventBusError, RuntimeError):
 
 
 class RecursionLimitError(EventBusError, RuntimeError):
+    """Emits nested deeper than ``max_depth``: a listener probably re-emits its own event."""
+
     def __init__(self, event: str, depth: int) -> None:
         self.event = event
         self.depth = depth
@@ -121,6 +148,8 @@ class RecursionLimitError(EventBusError, RuntimeError):
 
 
 class ListenerTimeoutError(EventBusError, TimeoutError):
+    """A listener's ``timeout=`` expired; the call was cancelled."""
+
     def __init__(self, listener: str, timeout: float) -> None:
         self.listener = listener
         self.timeout = timeout
@@ -128,6 +157,8 @@ class ListenerTimeoutError(EventBusError, TimeoutError):
 
 
 class ListenerDroppedError(EventBusError):
+    """A call that never ran: the queue was full, or the bus was closing."""
+
     def __init__(self, listener: str, reason: str) -> None:
         self.listener = listener
         self.reason = reason
