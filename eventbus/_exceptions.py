@@ -17,14 +17,17 @@ The tree::
      ├── ListenerShutdownError       a call that shutdown cut short
      ├── AppLoadError                (ValueError)    ``--app`` names nothing usable
      ├── UnmappedEventError          (LookupError)   a bridged pyee name with no mapping
-     └── UnsupportedPyeeEventError   (ValueError)    pyee's ``error`` or ``new_listener``
+     ├── UnsupportedPyeeEventError   (ValueError)    pyee's ``error`` or ``new_listener``
+     ├── LoginSecretError            (ValueError)    a console secret too short to guard actions
+     └── ActionError                 input a console action refuses (a 400 or 404 page)
     ListenerErrors (ExceptionGroup)  what ``errors="propagate"`` raises, always a group
     UnexpectedFailuresError (AssertionError)  failures a test did not expect
 
 Defined beside what raises them: ``AppLoadError`` in :mod:`eventbus.cli`, the two pyee errors
 in :mod:`eventbus.interop.pyee` (``UnmappedEventError`` is a ``LookupError`` as pyee's own
 ``KeyError`` is; ``UnsupportedPyeeEventError`` a ``ValueError``: the name means nothing on the
-bus), ``UnexpectedFailuresError`` in :mod:`eventbus.testing`. ``tests/test_docstrings.py``
+bus), ``UnexpectedFailuresError`` in :mod:`eventbus.testing`, the console's two in
+:mod:`eventbus.console`. ``tests/test_docstrings.py``
 checks this tree against the classes.
 
 Messages are built here from data, so that raise sites pass values, not prose.
