@@ -25,6 +25,8 @@ from ._bus import BusStatistics as BusStatistics
 from ._bus import EventBus as EventBus
 from ._codec import decode_payload as decode_payload
 from ._codec import encode_payload as encode_payload
+from ._emission import Emission as Emission
+from ._emission import current_emission as current_emission
 from ._events import Event as Event
 from ._events import EventRegistry as EventRegistry
 from ._events import default_registry as default_registry
@@ -57,6 +59,7 @@ __all__ = [
     "BusStatistics",
     "DuplicateEventError",
     "DuplicateListenerError",
+    "Emission",
     "ErrorPolicy",
     "Event",
     "EventBus",
@@ -78,6 +81,7 @@ __all__ = [
     "RetryItem",
     "RetryReport",
     "UnknownEventError",
+    "current_emission",
     "decode_payload",
     "default_registry",
     "encode_payload",

@@ -20,6 +20,7 @@ from anyio.abc import TaskGroup
 
 from ._calls import checkpoint
 from ._compiler import DispatchCache, Runtime
+from ._emission import register_emit_frame
 from ._emit_async import run_plan
 from ._events import Event, EventRegistry, coerce_event, default_registry
 from ._exceptions import RecursionLimitError
@@ -304,37 +305,39 @@ class EventBus:
             # that the KeyError does not become the context of what a listener raises)
         else:
             nesting = self._nesting
-            if payload is None and not nesting.level:
-                nesting.level = 1
+            if payload is None and nesting.top is None:
+                nesting.top = event  # the emission, kept as its bare event until asked for
                 try:
                     if (value := call(event)) is not None:
                         compiled.returned(value)
                 except Exception as exc:
                     if compiled.single is None:
                         raise  # for the publisher: generated functions record their listeners'
-                    compiled.record(self._sink, event, exc)
+                    compiled.record(self._sink, nesting, exc)
                 finally:
-                    nesting.level = 0
+                    nesting.top = None
                 return None
         return self._emit_checked(event, payload)
 
     def _emit_checked(self, event: Event | str, payload: Mapping[str, Any] | None) -> None:
-        """``emit()`` with every check: coercion, compiling, and the depth limit."""
+        """``emit()`` with every check: coercion, compiling, the depth limit, the cause."""
         event = coerce_event(self.registry, event, payload)
         call, compiled = self._compiled.get(type(event))
         nesting = self._nesting
-        if nesting.depth() >= nesting.max_depth:
+        cause = nesting.current()
+        if cause is not None and cause.depth >= nesting.max_depth:
             raise RecursionLimitError(event.__event_name__, nesting.max_depth)
-        nesting.level += 1
+        saved = nesting.top  # read after current(), which may have made the cause's Emission
+        nesting.top = event if cause is None else cause.child(event)
         try:  # as in emit()
             if (value := call(event)) is not None:
                 compiled.returned(value)
         except Exception as exc:
             if compiled.single is None:
                 raise
-            compiled.record(self._sink, event, exc)
+            compiled.record(self._sink, nesting, exc)
         finally:
-            nesting.level -= 1
+            nesting.top = saved
 
     def _dispatch_source(self, event: type[Event]) -> str | None:
         """The generated source ``emit()`` runs for *event* (``None``: it calls one listener)."""
@@ -361,12 +364,18 @@ class EventBus:
         listener: str | None = None,
         limit: int | None = None,
         max_attempts: int = 5,
+        correlation: str | None = None,
     ) -> RetryReport:
         """Re-run pending failures from the store; see :func:`eventbus._retry.retry_failures`."""
         from ._retry import retry_failures
 
         return await retry_failures(
-            self, event=event, listener=listener, limit=limit, max_attempts=max_attempts
+            self,
+            event=event,
+            listener=listener,
+            limit=limit,
+            max_attempts=max_attempts,
+            correlation=correlation,
         )
 
     def statistics(self) -> BusStatistics:
@@ -411,3 +420,8 @@ class EventBus:
         if self._host.is_open:
             self._host.check_closer(self)
             await self.__aexit__(None, None, None)
+
+
+# current_emission() finds a sync listener's emission by these frames on the stack.
+register_emit_frame(EventBus.emit.__code__)
+register_emit_frame(EventBus._emit_checked.__code__)

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.lowlevel
 
+from ._emission import Emission
 from ._events import Event
 from ._exceptions import ListenerTimeoutError
-from ._failures import FailureRecord, new_event_id
+from ._failures import FailureRecord
 from ._listeners import Listener, Outcome
 from ._sink import FailureSink, awaitable_error
 
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
     from ._pool import QueuedCall
 
 __all__ = [
-    "Emission",
     "add_note_once",
     "backoff_delay",
     "call_async",
@@ -38,24 +38,6 @@ __all__ = [
 ]
 
 MAX_BACKOFF = 30.0
-
-
-class Emission:
-    """One emit: its event, its depth, and an id made only if something needs it."""
-
-    __slots__ = ("_event_id", "depth", "event")
-
-    def __init__(self, event: Event, depth: int) -> None:
-        self.event = event
-        self.depth = depth
-        self._event_id: str | None = None
-
-    @property
-    def event_id(self) -> str:
-        """Shared by every failure of this emission; made by the first one."""
-        if self._event_id is None:
-            self._event_id = new_event_id()
-        return self._event_id
 
 
 def add_note_once(exc: BaseException, listener: str) -> None:
@@ -124,7 +106,7 @@ def call_sync(
         except Exception as exc:
             if attempts <= sub.retries:
                 continue
-            rec = sink.capture(emission.event, emission.event_id, sub.name, exc, attempts)
+            rec = sink.capture(emission, sub.name, exc, attempts)
             return exc, None, rec
 
 
@@ -169,7 +151,7 @@ async def call_async(
             if attempts <= sub.retries:
                 await anyio.sleep(backoff_delay(backoff, attempts))
                 continue
-            rec = sink.capture(emission.event, emission.event_id, sub.name, exc, attempts)
+            rec = sink.capture(emission, sub.name, exc, attempts)
             return exc, None, rec
 
 

@@ -14,8 +14,9 @@ from typing import Any
 
 import anyio
 
-from ._calls import Emission, add_note_once, call_async, cancelled_from_outside, on_asyncio
+from ._calls import add_note_once, call_async, cancelled_from_outside, on_asyncio
 from ._compiler import Runtime
+from ._emission import Emission
 from ._events import Event
 from ._exceptions import ListenerErrors, RecursionLimitError
 from ._listeners import ErrorPolicy, Listener, Outcome, new_outcome
@@ -38,21 +39,21 @@ async def run_plan(
     :raises ListenerErrors: when listeners under the ``propagate`` policy failed, once all ran
     """
     nesting, sink = runtime.nesting, runtime.sink
-    depth = nesting.depth()
-    if depth >= nesting.max_depth:
+    cause = nesting.current()
+    if cause is not None and cause.depth >= nesting.max_depth:
         raise RecursionLimitError(event.__event_name__, nesting.max_depth)
     subs = plan.listeners
     if not subs:
         return []
-    # Made when first needed (a failure, a retry, an async call): most emits need none.
-    emission: Emission | None = None
+    # What the listeners' own emits and failures refer to (its ids are made on first use).
+    emission = Emission(event) if cause is None else cause.child(event)
     # Outcome | None until every call ended (None: a once listener this emit did not run).
     outcomes: list[Any] = [None] * len(subs)
     spawn: list[tuple[int, Listener]] = []
     skipped = False
     failures_before = sink.count
     # One hop for the whole emit: the listeners' tasks copy the context it sets.
-    token = nesting.enter_hop(depth + 1)
+    token = nesting.enter_hop(emission)
     try:
         start = _perf()
         for i, sub in enumerate(subs):
@@ -66,7 +67,6 @@ async def run_plan(
                 spawn.append((i, sub))
                 continue
             if sub.retries:
-                emission = emission or Emission(event, depth + 1)
                 await _run(outcomes, i, sub, emission, runtime)  # backs off between attempts
                 start = _perf()
                 continue
@@ -77,7 +77,6 @@ async def run_plan(
                 if value is not None and _isawaitable(value):
                     value = await value
             except BaseException as exc:
-                emission = emission or Emission(event, depth + 1)
                 outcomes[i] = _failed(exc, sub, emission, sink, start)
                 start = _perf()
             else:
@@ -85,7 +84,6 @@ async def run_plan(
                 outcomes[i] = new_outcome(sub.name, value, None, end - start, None)
                 start = end
         if spawn:
-            emission = emission or Emission(event, depth + 1)
             if len(spawn) == 1:
                 i, sub = spawn[0]
                 await _run(outcomes, i, sub, emission, runtime)  # in this task, after the others
@@ -136,7 +134,7 @@ def _failed(
         not isinstance(exc, anyio.get_cancelled_exc_class()) or cancelled_from_outside()
     ):
         raise exc
-    rec = sink.capture(emission.event, emission.event_id, sub.name, exc, 1)
+    rec = sink.capture(emission, sub.name, exc, 1)
     return new_outcome(sub.name, None, exc, end - start, rec)
 
 
@@ -178,13 +176,13 @@ async def _gather_asyncio(
                 try:
                     task.result()
                 except asyncio.CancelledError as exc:
-                    rec = sink.capture(event, emission.event_id, sub.name, exc, 1)
+                    rec = sink.capture(emission, sub.name, exc, 1)
                     outcomes[i] = new_outcome(sub.name, None, exc, end - start, rec)
         elif (error := task.exception()) is None:
             if sub is not None:
                 outcomes[i] = new_outcome(sub.name, task.result(), None, end - start, None)
         elif isinstance(error, Exception) and sub is not None:
-            rec = sink.capture(event, emission.event_id, sub.name, error, 1)
+            rec = sink.capture(emission, sub.name, error, 1)
             outcomes[i] = new_outcome(sub.name, None, error, end - start, rec)
         elif base_error is None:  # not a listener's failure: take the others down, raise it
             base_error = error

@@ -13,7 +13,7 @@ import inspect
 import logging
 from collections.abc import Callable
 
-from ._events import Event
+from ._emission import Emission
 from ._failures import FailureRecord
 from ._listeners import is_async_callable
 from ._log_limit import LogLimiter
@@ -73,12 +73,21 @@ class FailureSink:
         self._hook = hook
 
     def capture(
-        self, event: Event, event_id: str, listener: str, exc: BaseException, attempts: int
+        self, emission: Emission, listener: str, exc: BaseException, attempts: int
     ) -> FailureRecord:
         """Build, log, store and announce one failure; nothing here raises to the caller."""
+        event = emission.event
+        event_id = emission.event_id
+        cause, chain = emission.causation_id, emission.correlation_id
         try:
             rec = FailureRecord.from_exception(
-                event=event, event_id=event_id, listener=listener, exc=exc, attempts=attempts
+                event=event,
+                event_id=event_id,
+                listener=listener,
+                exc=exc,
+                attempts=attempts,
+                causation_id=cause,
+                correlation_id=chain,
             )
         except Exception:
             logger.exception("building the failure record of %r failed; keeping less", listener)
@@ -88,6 +97,8 @@ class FailureSink:
                 listener=listener,
                 exc=exc,
                 attempts=attempts,
+                causation_id=cause,
+                correlation_id=chain,
             )
         self.count += 1
         if self.limiter.allow(

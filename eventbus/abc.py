@@ -21,7 +21,8 @@ class FailureStore(Protocol):
     * ``start(task_group)`` is called by the bus on ``async with bus:``; background work runs
       in that task group. ``aclose()`` flushes everything accepted so far.
     * ``flush()`` returns once every record accepted before the call is queryable.
-    * Queries return newest first.
+    * Queries return newest first. ``correlation`` (added after the first release) selects
+      the records of one chain of causes: a store written before it must take the keyword.
     * Every field of a record reads as its declared type; ``traceback`` is ``str``. A record
       the bus made renders that text on the first read (tens of µs, once), so a store that
       writes later should read it when it writes, not in ``record()``.
@@ -43,7 +44,10 @@ class FailureStore(Protocol):
         listener: str | None = None,
         since: datetime | None = None,
         limit: int | None = 100,
-    ) -> list[FailureRecord]: ...
+        correlation: str | None = None,
+    ) -> list[FailureRecord]:
+        """Records matching every filter given, newest first (*correlation*: one chain)."""
+        ...
 
     async def get(self, failure_id: str) -> FailureRecord | None: ...
 
