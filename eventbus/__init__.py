@@ -41,9 +41,11 @@ from ._exceptions import ListenerErrors as ListenerErrors
 from ._exceptions import ListenerLookupError as ListenerLookupError
 from ._exceptions import ListenerShutdownError as ListenerShutdownError
 from ._exceptions import ListenerTimeoutError as ListenerTimeoutError
+from ._exceptions import MaxListenersExceededWarning as MaxListenersExceededWarning
 from ._exceptions import PayloadError as PayloadError
 from ._exceptions import RecursionLimitError as RecursionLimitError
 from ._exceptions import UnknownEventError as UnknownEventError
+from ._exceptions import WrongThreadError as WrongThreadError
 from ._failures import FailureRecord as FailureRecord
 from ._failures import FailureStatus as FailureStatus
 from ._listeners import ErrorPolicy as ErrorPolicy
@@ -74,6 +76,7 @@ __all__ = [
     "ListenerLookupError",
     "ListenerShutdownError",
     "ListenerTimeoutError",
+    "MaxListenersExceededWarning",
     "MemoryFailureStore",
     "Outcome",
     "PayloadError",
@@ -81,6 +84,7 @@ __all__ = [
     "RetryItem",
     "RetryReport",
     "UnknownEventError",
+    "WrongThreadError",
     "current_emission",
     "decode_payload",
     "default_registry",

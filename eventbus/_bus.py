@@ -39,7 +39,8 @@ from ._listeners import (
 from ._nesting import Nesting
 from ._pool import WorkerPool
 from ._sink import FailureSink
-from ._table import ListenerTable, check_policy
+from ._subscription import Subscription
+from ._table import ListenerTable, check_max_listeners, check_policy
 from .backends.memory import MemoryFailureStore
 
 if TYPE_CHECKING:
@@ -47,6 +48,9 @@ if TYPE_CHECKING:
     from .abc import FailureStore
 
 __all__ = ["BusStatistics", "EventBus"]
+
+#: The keyword options of on(), which subscribed() takes too.
+ON_OPTIONS = ListenerOptions.__required_keys__ | ListenerOptions.__optional_keys__
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -77,6 +81,8 @@ class EventBus:
     :param on_failure: a sync callable given each new :class:`FailureRecord` (for alerting);
         its own exceptions are logged, never raised, and failures it causes (it emits, say)
         are recorded without calling it again
+    :param max_listeners: more listeners than this on one event name or pattern issue a
+        :class:`MaxListenersExceededWarning` (once, naming it); 0 turns the check off
     :raises TypeError: if *on_failure* is async (the bus would never await it)
     """
 
@@ -106,6 +112,7 @@ class EventBus:
         max_depth: int = 32,
         retry_backoff: float = 0.1,
         on_failure: Callable[[FailureRecord], None] | None = None,
+        max_listeners: int = 100,
     ) -> None:
         if queue_size < 0 or workers < 1 or max_depth < 1 or shutdown_grace < 0:
             raise ValueError(
@@ -116,7 +123,9 @@ class EventBus:
         self.workers = workers
         self.shutdown_grace = shutdown_grace
         self._nesting = Nesting(max_depth)
-        self._table = ListenerTable(registry if registry is not None else default_registry)
+        self._table = ListenerTable(
+            registry if registry is not None else default_registry, max_listeners=max_listeners
+        )
         self._sink = FailureSink(failures if failures is not None else MemoryFailureStore())
         self._sink.hook = on_failure
         self._pool = WorkerPool(self._sink, self._nesting, backoff=retry_backoff)
@@ -159,6 +168,15 @@ class EventBus:
         if not isinstance(max_depth, int) or max_depth < 1:
             raise ValueError(f"max_depth={max_depth!r} must be an int >= 1")
         self._nesting.max_depth = max_depth
+
+    @property
+    def max_listeners(self) -> int:
+        """Listeners on one event name or pattern beyond which a warning is issued (0: off)."""
+        return self._table.max_listeners
+
+    @max_listeners.setter
+    def max_listeners(self, value: int) -> None:
+        self._table.max_listeners = check_max_listeners(value)
 
     @property
     def on_failure(self) -> Callable[[FailureRecord], object] | None:
@@ -226,21 +244,37 @@ class EventBus:
         timeout: float | None = None,
         retries: int = 0,
         errors: ErrorPolicy | None = None,
+        priority: int = 0,
+        times: int | None = None,
     ) -> Any:
         """Subscribe a listener to an event type, an event name or a wildcard pattern.
 
         Use as ``@bus.on(OrderPaid)`` or ``bus.on("order.*", fn)``; the function is returned
-        unchanged. Everything is validated before anything is registered.
+        unchanged. Everything is validated before anything is registered. Keyword options:
 
-        :param name: stable name for the failure table (default ``module:qualname``)
-        :param once: remove the listener after its first call
-        :param timeout: seconds after which an async listener is cancelled and a timeout recorded
-        :param retries: extra attempts before a failure is recorded (recorded once)
-        :param errors: this listener's policy; default: the bus's
+        * ``name``: stable name for the failure table (default ``module:qualname``)
+        * ``priority``: higher runs first (default 0); equal priorities run in subscription
+          order, exact and wildcard listeners alike
+        * ``times``: unsubscribe after this many calls (default: no limit); ``once=True`` is
+          ``times=1``
+        * ``timeout``: seconds after which an async listener is cancelled and a timeout
+          recorded
+        * ``retries``: extra attempts before a failure is recorded (recorded once)
+        * ``errors``: this listener's policy; default: the bus's
+
         :raises DuplicateListenerError: if another listener on this bus already has that name
+        :raises ValueError: naming the option, for a value out of range (``times=0``)
+        :raises TypeError: naming the option, for a value of the wrong type
         """
         subscribe = self._table.subscriber(
-            event, name=name, once=once, timeout=timeout, retries=retries, errors=errors
+            event,
+            name=name,
+            once=once,
+            timeout=timeout,
+            retries=retries,
+            errors=errors,
+            priority=priority,
+            times=times,
         )
         return subscribe if listener is None else subscribe(listener)
 
@@ -265,11 +299,36 @@ class EventBus:
         **options: Any,
     ) -> Any:
         """Like :meth:`on` with ``once=True``, as a decorator or a call."""
-        if "once" in options:
-            raise TypeError("once() got an unexpected keyword argument 'once'")
+        for option in ("once", "times"):
+            if option in options:
+                raise TypeError(f"once() got an unexpected keyword argument {option!r}")
         if listener is None:
             return self.on(event, once=True, **options)
         return self.on(event, listener, once=True, **options)
+
+    @overload
+    def subscribed(
+        self, event: type[E], listener: Callable[[E], Any], /, **options: Unpack[ListenerOptions]
+    ) -> Subscription: ...
+    @overload
+    def subscribed(
+        self, event: str, listener: Callable[[Event], Any], /, **options: Unpack[ListenerOptions]
+    ) -> Subscription: ...
+
+    def subscribed(
+        self, event: type[Event] | str, listener: Callable[[Any], Any], /, **options: Any
+    ) -> Subscription:
+        """``with bus.subscribed(E, fn):`` (or ``async with``): subscribed inside the block only.
+
+        The options are :meth:`on`'s, checked now; the listener is subscribed on entering the
+        block (``as`` gives its :class:`Listener`) and removed on leaving it, however it is left.
+        """
+        if not callable(listener):
+            raise TypeError(f"subscribed() needs a callable listener, got {listener!r}")
+        for option in options:
+            if option not in ON_OPTIONS:
+                raise TypeError(f"subscribed() got an unexpected keyword argument {option!r}")
+        return Subscription(self._table, self._table.binder(event, **options), listener)
 
     def off(self, event: type[Event] | str, listener: Callable[..., Any] | str, /) -> None:
         """Unsubscribe by function or by listener name; an emit already running is unaffected.
@@ -344,18 +403,30 @@ class EventBus:
         return self._compiled.get(event)[1].source
 
     async def emit_async(
-        self, event: Event | str, payload: Mapping[str, Any] | None = None, /
+        self,
+        event: Event | str,
+        payload: Mapping[str, Any] | None = None,
+        /,
+        *,
+        concurrent: bool = True,
     ) -> list[Outcome]:
         """Run every matching listener (async ones concurrently) and wait for all of them.
 
-        :return: one :class:`Outcome` per listener, in subscription order
+        :param concurrent: false: await the listeners one after another, in order (a failure
+            does not stop the rest), as EventEmitter2's sequential ``emitAsync`` does
+        :return: one :class:`Outcome` per listener, in call order
         :raises ListenerErrors: under ``errors="propagate"``, after every listener finished
         """
         await checkpoint()
         if payload is not None or not isinstance(event, Event):
             event = coerce_event(self.registry, event, payload)
         plan = self._table.plan(type(event))
-        return await run_plan(plan, event, self._compiled.runtime, self._compiled.policy)
+        runtime, policy = self._compiled.runtime, self._compiled.policy
+        if concurrent is True:
+            return await run_plan(plan, event, runtime, policy)
+        if concurrent is not False:
+            raise TypeError(f"concurrent={concurrent!r} must be True or False")
+        return await run_plan(plan, event, runtime, policy, concurrent=False)
 
     async def retry_failures(
         self,

@@ -3,11 +3,11 @@
 A :class:`~eventbus._table.Plan` says which listeners an event type reaches. :func:`compile_plan`
 turns it into the function ``emit()`` calls: straight-line Python source with one ``try`` per
 listener, generated and compiled as ``dataclasses`` generates ``__init__``, so that ten
-listeners cost ten calls and little else. What a listener needs beyond a plain call (``once``,
-``retries``, the ``propagate`` policy, being async and queued) is written out for that listener
-alone, so the common case carries none of it. A plan of exactly one plain sync listener compiles
-to the listener itself: ``emit()`` calls it inside its own ``try`` (one call fewer), and records
-its failure.
+listeners cost ten calls and little else. What a listener needs beyond a plain call (``once``
+or ``times=``, ``retries``, the ``propagate`` policy, being async and queued) is written out
+for that listener alone, so the common case carries none of it. A plan of exactly one plain
+sync listener compiles to the listener itself: ``emit()`` calls it inside its own ``try`` (one
+call fewer), and records its failure.
 
 The source is registered with :mod:`linecache` under a name such as
 ``<eventbus: emit('order.paid') 3f2a9c1e>``, so tracebacks through it show its lines. Print it
@@ -15,11 +15,11 @@ with ``bus._dispatch_source(OrderPaid)``. Measured against the alternatives (a c
 over a tuple, a chain of nested closures), generated source is the fastest by far, and reads
 best in a traceback.
 
-Room for what comes next: a per-listener call limit is a step like ``once``'s, written only for
-the listeners that have one; a causality context variable or instrumentation hooks are lines
-around the calls, written only when the bus has them switched on (a lone listener then gets a
-generated function too), so a bus without them runs exactly the code it runs today. Call order
-is the table's business: plans arrive ordered.
+A call limit (``times=``, ``once``) is a step written only for the listeners that have one.
+Causality costs no line: the emit in progress is the bus's :class:`~eventbus._nesting.Nesting`
+state, which ``emit()`` sets around the call. Instrumentation wraps the listener functions a
+plan holds (see :mod:`eventbus.interop.opentelemetry`), so a bus without it runs exactly the
+code it ran before. Call order is the table's business: plans arrive ordered.
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def _plain(sub: Listener, policy: ErrorPolicy) -> bool:
     """A listener needing nothing but a call in a ``try``: sync, captured, no once or retries."""
     return (
         not sub.is_async
-        and not sub.once
+        and sub.times is None
         and sub.retries == 0
         and (sub.errors or policy) == "capture"
     )
@@ -226,8 +226,8 @@ def _source(plan: Plan, policy: ErrorPolicy) -> str:
 def _step(i: int, sub: Listener, propagate: bool) -> list[str]:
     """The lines that call listener *i* and deal with its outcome."""
     traits = ["async: queued for the workers" if sub.is_async else "sync"]
-    if sub.once:
-        traits.append("once")
+    if sub.times is not None:
+        traits.append("once" if sub.once else f"times={sub.times}")
     if sub.retries:
         traits.append(f"retries={sub.retries}")
     if propagate:
@@ -249,9 +249,9 @@ def _step(i: int, sub: Listener, propagate: bool) -> list[str]:
         ]
         if propagate:
             call.append(f"    raised.append(noted(exc, s{i}))")
-    if sub.once:
-        # A nested emit may have run it already; then it is not this emit's listener.
-        call = [f"if not s{i}.fired:", f"    s{i}.fired = True", f"    remove(s{i})"] + [
+    if sub.times is not None:
+        # A nested emit may have taken its last call already; then it is not this emit's.
+        call = [f"if s{i}.claim():", f"    if not s{i}.left:", f"        remove(s{i})"] + [
             f"    {line}" for line in call
         ]
     return lines + call

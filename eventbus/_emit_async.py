@@ -2,7 +2,8 @@
 
 Sync listeners run first, inline and in order; async ones then run concurrently, each in its
 own task (a copy of the publisher's context), or in the publisher's own task when there is
-only one. Every call becomes an :class:`Outcome`, in subscription order.
+only one. With ``concurrent=False`` every listener runs in the publisher's task, one after
+another in plan order. Every call becomes an :class:`Outcome`, in plan order.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ _isawaitable = inspect.isawaitable
 
 
 async def run_plan(
-    plan: Plan, event: Event, runtime: Runtime, policy: ErrorPolicy
+    plan: Plan, event: Event, runtime: Runtime, policy: ErrorPolicy, concurrent: bool = True
 ) -> list[Outcome]:
     """Run *plan*'s listeners for *event*, one hop deeper, and return their outcomes.
 
     :param policy: the bus's default error policy
+    :param concurrent: false: await each async listener before the next listener starts
     :raises RecursionLimitError: if emits are already nested ``max_depth`` deep
     :raises ListenerErrors: when listeners under the ``propagate`` policy failed, once all ran
     """
@@ -57,16 +59,16 @@ async def run_plan(
     try:
         start = _perf()
         for i, sub in enumerate(subs):
-            if sub.once:
-                if sub.fired:  # a nested emit already ran it: not this emit's listener
+            if sub.times is not None:
+                if not sub.claim():  # a nested emit took its last call: not this emit's
                     skipped = True
                     continue
-                sub.fired = True
-                runtime.table.remove(sub)
-            if sub.is_async:
+                if not sub.left:
+                    runtime.table.remove(sub)
+            if sub.is_async and concurrent:
                 spawn.append((i, sub))
                 continue
-            if sub.retries:
+            if sub.retries or sub.is_async:
                 await _run(outcomes, i, sub, emission, runtime)  # backs off between attempts
                 start = _perf()
                 continue

@@ -11,12 +11,14 @@ The tree::
      ├── DuplicateListenerError      (ValueError)    two listeners would share one name
      ├── ListenerLookupError         (LookupError)   ``off()`` or a retry names no listener
      ├── BusNotRunningError          (RuntimeError)  async listeners, bus not entered
+     ├── WrongThreadError            (RuntimeError)  emit() from another thread than the loop's
      ├── RecursionLimitError         (RuntimeError)  nested emits deeper than ``max_depth``
      ├── ListenerTimeoutError        (TimeoutError)  a listener's ``timeout=`` expired
      ├── ListenerDroppedError        a call that never ran (queue full, bus closing)
      ├── ListenerShutdownError       a call that shutdown cut short
      └── AppLoadError                (ValueError)    ``--app`` names nothing usable (in ``cli``)
     ListenerErrors (ExceptionGroup)  what ``errors="propagate"`` raises, always a group
+    MaxListenersExceededWarning (RuntimeWarning)  one name has more listeners than it should
 
 Messages are built here from data, so that raise sites pass values, not prose.
 """
@@ -38,9 +40,11 @@ __all__ = [
     "ListenerLookupError",
     "ListenerShutdownError",
     "ListenerTimeoutError",
+    "MaxListenersExceededWarning",
     "PayloadError",
     "RecursionLimitError",
     "UnknownEventError",
+    "WrongThreadError",
 ]
 
 
@@ -101,12 +105,49 @@ class ListenerLookupError(EventBusError, LookupError):
 
 
 class BusNotRunningError(EventBusError, RuntimeError):
-    def __init__(self, event: str, async_listeners: int) -> None:
+    """The bus must be running (``async with bus:``) for this call; *call* names the method."""
+
+    def __init__(self, event: str, async_listeners: int = 0, *, call: str = "emit") -> None:
+        self.event = event
+        if call == "emit":
+            message = (
+                f"emit({event!r}) found {async_listeners} async listener"
+                f"{'s' if async_listeners != 1 else ''} but the bus is not running; "
+                "enter 'async with bus:' first, or use 'await bus.emit_async(...)'"
+            )
+        else:
+            message = (
+                f"{call}({event!r}) needs a running bus to hand the event to, and this one is "
+                "not running (not entered yet, or closed): nothing was emitted; enter "
+                "'async with bus:' in the bus's event loop first"
+            )
+        super().__init__(message)
+
+
+class WrongThreadError(EventBusError, RuntimeError):
+    """An emit from another thread than the running bus's event loop thread."""
+
+    def __init__(self, call: str, event: str, thread: str, loop_thread: str) -> None:
         self.event = event
         super().__init__(
-            f"emit({event!r}) found {async_listeners} async listener"
-            f"{'s' if async_listeners != 1 else ''} but the bus is not running; "
-            "enter 'async with bus:' first, or use 'await bus.emit_async(...)'"
+            f"{call}({event!r}) was called from thread {thread!r}, but the bus runs in the "
+            f"event loop of thread {loop_thread!r} and is not thread-safe; from other threads "
+            "use bus.emit_threadsafe(event), which hands the emit to the bus's loop"
+        )
+
+
+class MaxListenersExceededWarning(RuntimeWarning):
+    """More listeners on one event name or pattern than ``max_listeners``: usually a leak."""
+
+    def __init__(self, pattern: str, count: int, limit: int) -> None:
+        self.pattern = pattern
+        self.count = count
+        self.limit = limit
+        super().__init__(
+            f"{count} listeners are subscribed to {pattern!r} on one bus "
+            f"(max_listeners={limit}): listeners added per request and never removed? "
+            "Remove them with off() or subscribe with 'with bus.subscribed(...)'; or raise "
+            "EventBus(max_listeners=...) (0 turns this warning off)"
         )
 
 
