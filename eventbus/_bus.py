@@ -41,6 +41,7 @@ from ._pool import WorkerPool
 from ._sink import FailureSink
 from ._subscription import Subscription
 from ._table import ListenerTable, check_max_listeners, check_policy
+from ._wait import wait_for
 from .backends.memory import MemoryFailureStore
 
 if TYPE_CHECKING:
@@ -329,6 +330,43 @@ class EventBus:
             if option not in ON_OPTIONS:
                 raise TypeError(f"subscribed() got an unexpected keyword argument {option!r}")
         return Subscription(self._table, self._table.binder(event, **options), listener)
+
+    @overload
+    async def wait_for(
+        self,
+        event: type[E],
+        /,
+        *,
+        where: Callable[[E], object] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109  (EventEmitter2's waitFor has one)
+    ) -> E: ...
+    @overload
+    async def wait_for(
+        self,
+        event: str,
+        /,
+        *,
+        where: Callable[[Event], object] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> Event: ...
+
+    async def wait_for(
+        self,
+        event: type[Event] | str,
+        /,
+        *,
+        where: Callable[[Any], object] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> Any:
+        """The first event matching *event* (a type, a name or a pattern) emitted after the call.
+
+        :param where: a predicate on the event; only events it accepts count (what it raises
+            is raised here, and the emit goes on)
+        :param timeout: seconds to wait at most (default: no limit)
+        :raises TimeoutError: naming the event, when *timeout* passes first
+        :raises UnknownEventError: for a name nobody declared
+        """
+        return await wait_for(self._table, event, where, timeout)
 
     def off(self, event: type[Event] | str, listener: Callable[..., Any] | str, /) -> None:
         """Unsubscribe by function or by listener name; an emit already running is unaffected.
