@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Self, Unpack, overload
 
 from anyio.abc import TaskGroup
@@ -41,6 +42,7 @@ from ._pool import WorkerPool
 from ._sink import FailureSink
 from ._subscription import Subscription
 from ._table import ListenerTable, check_max_listeners, check_policy
+from ._threads import LoopThread, get_ident
 from ._wait import wait_for
 from .backends.memory import MemoryFailureStore
 
@@ -92,10 +94,12 @@ class EventBus:
         "_compiled",
         "_dispatch",
         "_host",
+        "_loop",
         "_nesting",
         "_pool",
         "_sink",
         "_table",
+        "_thread",
         "queue_size",
         "shutdown_grace",
         "workers",
@@ -136,6 +140,8 @@ class EventBus:
         # event type -> (what emit() calls, what it was compiled from): the hot path's dict
         self._dispatch = self._compiled.entries
         self._host = TaskGroupHost()
+        self._loop = LoopThread()
+        self._thread: int | None = None  # the running loop's thread: _loop.ident, for emit()
 
     # -- settings -----------------------------------------------------------------------------
 
@@ -394,7 +400,8 @@ class EventBus:
         :raises ListenerErrors: under ``errors="propagate"``, after every sync listener ran
         """
         # The hot path: a declared event at the top level (not nested in another emit, no
-        # async listener call in progress). Everything else takes _emit_checked.
+        # async listener call in progress), and no payload, from the running loop's thread
+        # (any thread while the bus does not run). Everything else takes _emit_checked.
         try:
             call, compiled = self._dispatch[type(event)]
         except KeyError:
@@ -402,7 +409,8 @@ class EventBus:
             # that the KeyError does not become the context of what a listener raises)
         else:
             nesting = self._nesting
-            if payload is None and nesting.top is None:
+            # "top is payload": both None (no emit in progress, no payload) in one test.
+            if nesting.top is payload and (self._thread is None or self._thread == get_ident()):
                 nesting.top = event  # the emission, kept as its bare event until asked for
                 try:
                     if (value := call(event)) is not None:
@@ -417,7 +425,10 @@ class EventBus:
         return self._emit_checked(event, payload)
 
     def _emit_checked(self, event: Event | str, payload: Mapping[str, Any] | None) -> None:
-        """``emit()`` with every check: coercion, compiling, the depth limit, the cause."""
+        """``emit()`` with every check: the thread, coercion, compiling, the depth limit, the
+        cause."""
+        if self._thread is not None:
+            self._loop.check("emit", _name_of(event))
         event = coerce_event(self.registry, event, payload)
         call, compiled = self._compiled.get(type(event))
         nesting = self._nesting
@@ -456,6 +467,8 @@ class EventBus:
         :raises ListenerErrors: under ``errors="propagate"``, after every listener finished
         """
         await checkpoint()
+        if self._thread is not None:
+            self._loop.check("emit_async", _name_of(event))
         if payload is not None or not isinstance(event, Event):
             event = coerce_event(self.registry, event, payload)
         plan = self._table.plan(type(event))
@@ -465,6 +478,23 @@ class EventBus:
         if concurrent is not False:
             raise TypeError(f"concurrent={concurrent!r} must be True or False")
         return await run_plan(plan, event, runtime, policy, concurrent=False)
+
+    def emit_threadsafe(
+        self, event: Event | str, payload: Mapping[str, Any] | None = None, /
+    ) -> Future[list[Outcome]]:
+        """From another thread: run ``emit_async(event)`` in the running bus's event loop.
+
+        For sync code in worker threads (``anyio.to_thread``, a thread pool). The event is
+        checked in the calling thread; the returned future gives the outcomes, or what
+        ``emit_async()`` raised (a ``ListenerErrors`` group under ``propagate``). Cancelling
+        the future cancels the emit.
+
+        :raises BusNotRunningError: if the bus is not running (or closed): nothing was emitted
+        :raises WrongThreadError: if called from the bus's own event loop thread
+        """
+        event = coerce_event(self.registry, event, payload)
+        self._table.plan(type(event))  # UnknownEventError here, in the caller's thread
+        return self._loop.submit(self.emit_async, event, event.__event_name__)
 
     async def retry_failures(
         self,
@@ -509,17 +539,22 @@ class EventBus:
     async def _start(self, tg: TaskGroup) -> None:
         await self.failures.start(tg)
         self._pool.start(tg, size=self.queue_size, workers=self.workers)
+        self._loop.open(tg)
+        self._thread = self._loop.ident
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self._host.close(self._drain)
 
     async def _drain(self) -> None:
         try:
+            await self._loop.close(self.shutdown_grace)  # calls from threads finish first
             await self._pool.drain(self.shutdown_grace)
             self._sink.close()
             await self.failures.aclose()
         finally:
             self._pool.stopped()
+            self._loop.forget()
+            self._thread = None
 
     async def aclose(self) -> None:
         """Leave the running state as ``async with`` would, draining with the grace period.
@@ -529,6 +564,13 @@ class EventBus:
         if self._host.is_open:
             self._host.check_closer(self)
             await self.__aexit__(None, None, None)
+
+
+def _name_of(event: object) -> str:
+    """The event name an error message shows for what ``emit()`` was given."""
+    if isinstance(event, str):
+        return event
+    return getattr(event, "__event_name__", None) or type(event).__name__
 
 
 # current_emission() finds a sync listener's emission by these frames on the stack.

@@ -125,15 +125,24 @@ class BusNotRunningError(EventBusError, RuntimeError):
 
 
 class WrongThreadError(EventBusError, RuntimeError):
-    """An emit from another thread than the running bus's event loop thread."""
+    """An emit from another thread than the running bus's event loop thread (or
+    ``emit_threadsafe()`` from that thread itself, where it would deadlock)."""
 
     def __init__(self, call: str, event: str, thread: str, loop_thread: str) -> None:
         self.event = event
-        super().__init__(
-            f"{call}({event!r}) was called from thread {thread!r}, but the bus runs in the "
-            f"event loop of thread {loop_thread!r} and is not thread-safe; from other threads "
-            "use bus.emit_threadsafe(event), which hands the emit to the bus's loop"
-        )
+        if call == "emit_threadsafe":
+            message = (
+                f"emit_threadsafe({event!r}) was called from thread {thread!r}, the bus's own "
+                "event loop thread, where waiting for it would deadlock; there, use emit() "
+                "or 'await emit_async()'"
+            )
+        else:
+            message = (
+                f"{call}({event!r}) was called from thread {thread!r}, but the bus runs in "
+                f"the event loop of thread {loop_thread!r} and is not thread-safe; from other "
+                "threads use bus.emit_threadsafe(event), which hands the emit to the bus's loop"
+            )
+        super().__init__(message)
 
 
 class MaxListenersExceededWarning(RuntimeWarning):
