@@ -13,6 +13,7 @@ The bus owns parts that each keep their own state and know nothing of the bus:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Self, Unpack, overload
@@ -22,7 +23,7 @@ from anyio.abc import TaskGroup
 from ._calls import checkpoint
 from ._compiler import DispatchCache, Runtime
 from ._emission import register_emit_frame
-from ._emit_async import run_plan
+from ._emit_async import new_emission, run_plan
 from ._events import Event, EventRegistry, coerce_event, default_registry
 from ._exceptions import RecursionLimitError
 from ._failures import FailureRecord
@@ -38,6 +39,7 @@ from ._listeners import (
     TypedDecorator,
 )
 from ._nesting import Nesting
+from ._observe import Observer
 from ._pool import WorkerPool
 from ._sink import FailureSink
 from ._subscription import Subscription
@@ -447,6 +449,19 @@ class EventBus:
         finally:
             nesting.top = saved
 
+    def _observe(self, observer: Observer | None) -> None:
+        """Attach instrumentation (see :mod:`eventbus._observe`), or detach it with ``None``."""
+        previous = self._compiled.observer
+        if previous is not None:
+            self._sink.observers.remove(previous.failed)
+        self._compiled.observer = observer
+        self._table.wrap = None if observer is None else observer.listener
+        for sub in self._table:
+            sub.call = sub.fn if observer is None else observer.listener(sub)
+        if observer is not None:
+            self._sink.observers.append(observer.failed)
+        self._table.invalidate()  # recompiled with the listeners' new calls, and wrapped
+
     def _dispatch_source(self, event: type[Event]) -> str | None:
         """The generated source ``emit()`` runs for *event* (``None``: it calls one listener)."""
         return self._compiled.get(event)[1].source
@@ -473,11 +488,17 @@ class EventBus:
             event = coerce_event(self.registry, event, payload)
         plan = self._table.plan(type(event))
         runtime, policy = self._compiled.runtime, self._compiled.policy
-        if concurrent is True:
-            return await run_plan(plan, event, runtime, policy)
-        if concurrent is not False:
+        if concurrent is not True and concurrent is not False:
             raise TypeError(f"concurrent={concurrent!r} must be True or False")
-        return await run_plan(plan, event, runtime, policy, concurrent=False)
+        observer = self._compiled.observer
+        if observer is None:
+            return await run_plan(plan, event, runtime, policy, concurrent)
+        emission = new_emission(runtime, event)
+        return await observer.emit_async(
+            plan,
+            emission,
+            functools.partial(run_plan, plan, event, runtime, policy, concurrent, emission),
+        )
 
     def emit_threadsafe(
         self, event: Event | str, payload: Mapping[str, Any] | None = None, /

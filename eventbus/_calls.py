@@ -6,6 +6,7 @@ that records what failed; the emit paths, the workers and retries from the table
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import math
 import sys
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "add_note_once",
+    "attempt",
     "backoff_delay",
     "call_async",
     "call_once",
@@ -38,6 +40,9 @@ __all__ = [
 ]
 
 MAX_BACKOFF = 30.0
+
+#: Which attempt of a listener with ``retries=`` is running (1 otherwise), for instrumentation.
+attempt: contextvars.ContextVar[int] = contextvars.ContextVar("eventbus_attempt", default=1)
 
 
 def add_note_once(exc: BaseException, listener: str) -> None:
@@ -96,8 +101,9 @@ def call_sync(
     attempts = 0
     while True:
         attempts += 1
+        token = attempt.set(attempts) if sub.retries else None
         try:
-            value = sub.fn(emission.event)
+            value = sub.call(emission.event)
             if value is not None and inspect.isawaitable(value):
                 # Retrying cannot help: the listener is declared wrong, not failing.
                 attempts = sub.retries + 1
@@ -108,6 +114,9 @@ def call_sync(
                 continue
             rec = sink.capture(emission, sub.name, exc, attempts)
             return exc, None, rec
+        finally:
+            if token is not None:
+                attempt.reset(token)
 
 
 async def call_async(
@@ -128,14 +137,15 @@ async def call_async(
         attempts += 1
         if job is not None:
             job.attempts = attempts
+        token = attempt.set(attempts) if sub.retries else None
         try:
             if sub.is_async:  # without a timeout, no _with_timeout coroutine in between
                 if sub.timeout is None:
-                    value = await sub.fn(emission.event)
+                    value = await sub.call(emission.event)
                 else:
                     value = await _with_timeout(sub, emission.event, sub.timeout)
             else:
-                value = sub.fn(emission.event)
+                value = sub.call(emission.event)
                 if value is not None and inspect.isawaitable(value):
                     value = await value
             return None, value, None
@@ -153,13 +163,16 @@ async def call_async(
                 continue
             rec = sink.capture(emission, sub.name, exc, attempts)
             return exc, None, rec
+        finally:
+            if token is not None:
+                attempt.reset(token)
 
 
 async def _with_timeout(sub: Listener, event: Event, limit: float) -> Any:
     """Await *sub*, cancelled after *limit* seconds (its ``timeout=``)."""
     with anyio.move_on_after(limit) as scope:
         try:
-            value = await sub.fn(event)
+            value = await sub.call(event)
         except Exception as exc:
             if scope.cancel_called:  # the listener turned our cancellation into an error
                 raise ListenerTimeoutError(sub.name, limit) from exc
@@ -175,12 +188,12 @@ async def call_once(sub: Listener, event: Event) -> Outcome:
     try:
         if sub.is_async:
             if sub.timeout is None:
-                value = await sub.fn(event)
+                value = await sub.call(event)
             else:
                 value = await _with_timeout(sub, event, sub.timeout)
         else:
             await checkpoint()
-            value = sub.fn(event)
+            value = sub.call(event)
             if value is not None and inspect.isawaitable(value):
                 value = await value
     except Exception as exc:

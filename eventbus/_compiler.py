@@ -38,6 +38,7 @@ from ._events import Event
 from ._exceptions import BusNotRunningError, ListenerErrors
 from ._listeners import ErrorPolicy, Listener
 from ._nesting import Nesting
+from ._observe import Observer
 from ._sink import FailureSink, awaitable_error
 from ._table import ListenerTable, Plan
 
@@ -133,6 +134,7 @@ class DispatchCache:
         self._policy = policy
         self.entries: dict[type, tuple[Dispatcher, Compiled]] = {}
         runtime.table.watch(self.entries)
+        self.observer: Observer | None = None  # wraps each entry as it is compiled
 
     @property
     def policy(self) -> ErrorPolicy:
@@ -151,7 +153,11 @@ class DispatchCache:
         entry = self.entries.get(cls)
         if entry is None:
             plan = self.runtime.table.plan(cls)
-            entry = self.entries[cls] = compile_plan(plan, self._policy, self.runtime)
+            entry = compile_plan(plan, self._policy, self.runtime)
+            if self.observer is not None:
+                call, compiled = entry
+                entry = (self.observer.dispatch(plan, call, compiled.single is not None), compiled)
+            self.entries[cls] = entry
         return entry
 
 
@@ -164,7 +170,7 @@ def compile_plan(plan: Plan, policy: ErrorPolicy, runtime: Runtime) -> tuple[Dis
     """The callable ``emit()`` runs for *plan* under the bus's default *policy*."""
     subs = plan.listeners
     if len(subs) == 1 and _plain(subs[0], policy):
-        return subs[0].fn, Compiled(plan, subs[0], None)
+        return subs[0].call, Compiled(plan, subs[0], None)
     source = _source(plan, policy)
     # Its own globals: a global load is the cheapest load of a name that is not a local, and a
     # closure would copy every cell into each call's frame.
@@ -178,7 +184,7 @@ def compile_plan(plan: Plan, policy: ErrorPolicy, runtime: Runtime) -> tuple[Dis
         "remove": runtime.table.remove,
     }
     for i, sub in enumerate(subs):
-        namespace[f"l{i}"] = sub.fn
+        namespace[f"l{i}"] = sub.call
         namespace[f"s{i}"] = sub
     exec(compile(source, _register(plan, source), "exec"), namespace)
     fn: Dispatcher = namespace[_function_name(plan)]

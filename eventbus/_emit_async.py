@@ -24,31 +24,49 @@ from ._listeners import ErrorPolicy, Listener, Outcome, new_outcome
 from ._sink import FailureSink
 from ._table import Plan
 
-__all__ = ["run_plan"]
+__all__ = ["new_emission", "run_plan"]
 
 _perf = time.perf_counter
 _isawaitable = inspect.isawaitable
 
 
+def new_emission(runtime: Runtime, event: Event) -> Emission:
+    """The emission of an ``emit_async()`` of *event* starting now (its ids: made on use).
+
+    :raises RecursionLimitError: if emits are already nested ``max_depth`` deep
+    """
+    nesting = runtime.nesting
+    cause = nesting.current()
+    if cause is None:
+        return Emission(event)
+    if cause.depth >= nesting.max_depth:
+        raise RecursionLimitError(event.__event_name__, nesting.max_depth)
+    return cause.child(event)
+
+
 async def run_plan(
-    plan: Plan, event: Event, runtime: Runtime, policy: ErrorPolicy, concurrent: bool = True
+    plan: Plan,
+    event: Event,
+    runtime: Runtime,
+    policy: ErrorPolicy,
+    concurrent: bool = True,
+    emission: Emission | None = None,
 ) -> list[Outcome]:
     """Run *plan*'s listeners for *event*, one hop deeper, and return their outcomes.
 
     :param policy: the bus's default error policy
     :param concurrent: false: await each async listener before the next listener starts
+    :param emission: made by :func:`new_emission` already (instrumentation needs it first)
     :raises RecursionLimitError: if emits are already nested ``max_depth`` deep
     :raises ListenerErrors: when listeners under the ``propagate`` policy failed, once all ran
     """
     nesting, sink = runtime.nesting, runtime.sink
-    cause = nesting.current()
-    if cause is not None and cause.depth >= nesting.max_depth:
-        raise RecursionLimitError(event.__event_name__, nesting.max_depth)
+    if emission is None:
+        # What the listeners' own emits and failures refer to.
+        emission = new_emission(runtime, event)
     subs = plan.listeners
     if not subs:
         return []
-    # What the listeners' own emits and failures refer to (its ids are made on first use).
-    emission = Emission(event) if cause is None else cause.child(event)
     # Outcome | None until every call ended (None: a once listener this emit did not run).
     outcomes: list[Any] = [None] * len(subs)
     spawn: list[tuple[int, Listener]] = []
@@ -75,7 +93,7 @@ async def run_plan(
             # The commonest case, inline: no coroutine per call; each call's end is the next
             # one's start.
             try:
-                value = sub.fn(event)
+                value = sub.call(event)
                 if value is not None and _isawaitable(value):
                     value = await value
             except BaseException as exc:
@@ -117,7 +135,7 @@ async def _run(
     start = _perf()
     if sub.is_async and sub.timeout is None and not sub.retries:
         try:  # the plain async listener: no further coroutine in between
-            value = await sub.fn(emission.event)
+            value = await sub.call(emission.event)
         except BaseException as exc:
             outcomes[i] = _failed(exc, sub, emission, runtime.sink, start)
         else:
@@ -194,7 +212,7 @@ async def _gather_asyncio(
 
     for i, sub in calls:
         plain = sub.timeout is None and not sub.retries
-        coro = sub.fn(event) if plain else _run(outcomes, i, sub, emission, runtime)
+        coro = sub.call(event) if plain else _run(outcomes, i, sub, emission, runtime)
         task = loop.create_task(coro)
         task.add_done_callback(functools.partial(ended, i, sub if plain else None, _perf()))
         tasks.append(task)

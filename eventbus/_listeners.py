@@ -70,10 +70,13 @@ class Listener:
     seq: int = 0
     left: int | None = None  #: calls left of ``times`` (taken when an emit claims a call)
     segments: tuple[str, ...] = ()  # the compiled pattern, matched when a plan is built
+    #: what the bus calls: ``fn`` itself, or a wrapper of it (instrumentation)
+    call: Callable[[Any], Any] = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.left is None:
             self.left = self.times
+        self.call = self.fn
 
     @property
     def once(self) -> bool:

@@ -48,7 +48,7 @@ class FailureSink:
     :param hook: ``on_failure``, called with each record
     """
 
-    __slots__ = ("_hook", "_in_hook", "count", "limiter", "store")
+    __slots__ = ("_hook", "_in_hook", "count", "limiter", "observers", "store")
 
     def __init__(
         self, store: FailureStore, hook: Callable[[FailureRecord], object] | None = None
@@ -58,6 +58,8 @@ class FailureSink:
         self._in_hook = False  # inside the hook: failures it causes do not call it again
         self.count = 0
         self.limiter = LogLimiter(logger, burst=LOG_BURST, interval=LOG_INTERVAL)
+        #: told of each record before the store (instrumentation); must not raise
+        self.observers: list[Callable[[FailureRecord], object]] = []
 
     @property
     def hook(self) -> Callable[[FailureRecord], object] | None:
@@ -101,6 +103,11 @@ class FailureSink:
                 correlation_id=chain,
             )
         self.count += 1
+        for observer in self.observers:
+            try:
+                observer(rec)
+            except Exception:
+                logger.exception("failure observer %r raised", observer)
         if self.limiter.allow(
             (listener, rec.error_type), f"listener {listener!r} failing with {rec.error_type}"
         ):

@@ -70,6 +70,8 @@ class ListenerTable:
         self._subs: list[Listener] = []
         self._names: dict[str, Listener] = {}
         self._per_pattern: collections.Counter[str] = collections.Counter()
+        #: makes each new listener's ``call`` (instrumentation); None: ``call`` is ``fn``
+        self.wrap: Callable[[Listener], Callable[[Any], Any]] | None = None
         self._warned: set[str] = set()  # patterns warned about, until back under the limit
         self._seq = itertools.count()
         self._plans: dict[type[Event], Plan] = {}
@@ -194,6 +196,8 @@ class ListenerTable:
             seq=next(self._seq),
             segments=compile_pattern(pattern),
         )
+        if self.wrap is not None:
+            sub.call = self.wrap(sub)
         self._subs.append(sub)
         self._names[lname] = sub
         self.invalidate()

@@ -23,6 +23,7 @@ PACKAGES = ("eventbus", "scheduler", "domain")
 #: module -> why it is not importable with the runtime dependencies alone
 NEEDS_EXTRA = {
     "domain.web": "needs the 'web' extra (starlette, uvicorn)",
+    "eventbus.interop.opentelemetry": "needs the 'otel' extra (opentelemetry-api)",
     "eventbus.pytest_plugin": "needs pytest; pytest loads it through its entry point",
 }
 
