@@ -54,6 +54,7 @@ from ._listeners import Outcome as Outcome
 from ._patterns import matches as matches
 from ._retry import RetryItem as RetryItem
 from ._retry import RetryReport as RetryReport
+from ._subscription import Subscription as Subscription
 from .backends.memory import MemoryFailureStore as MemoryFailureStore
 
 __all__ = [
@@ -83,6 +84,7 @@ __all__ = [
     "RecursionLimitError",
     "RetryItem",
     "RetryReport",
+    "Subscription",
     "UnknownEventError",
     "WrongThreadError",
     "current_emission",

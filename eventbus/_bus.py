@@ -514,7 +514,7 @@ class EventBus:
         :raises WrongThreadError: if called from the bus's own event loop thread
         """
         event = coerce_event(self.registry, event, payload)
-        self._table.plan(type(event))  # UnknownEventError here, in the caller's thread
+        self._table.pattern_of(type(event))  # UnknownEventError here, in the caller's thread
         return self._loop.submit(self.emit_async, event, event.__event_name__)
 
     async def retry_failures(
