@@ -38,7 +38,7 @@ from ._listeners import (
     R,
     TypedDecorator,
 )
-from ._nesting import Nesting
+from ._nesting import RUNNING, Nesting
 from ._observe import Observer
 from ._pool import WorkerPool
 from ._sink import FailureSink
@@ -411,8 +411,11 @@ class EventBus:
             # that the KeyError does not become the context of what a listener raises)
         else:
             nesting = self._nesting
-            # "top is payload": both None (no emit in progress, no payload) in one test.
-            if nesting.top is payload and (self._thread is None or self._thread == get_ident()):
+            # top is None: idle, not running; RUNNING: idle while the bus runs, so the thread
+            # is checked (a bus that does not run never gets that far).
+            if payload is None and (
+                (idle := nesting.top) is None or (idle is RUNNING and self._thread == get_ident())
+            ):
                 nesting.top = event  # the emission, kept as its bare event until asked for
                 try:
                     if (value := call(event)) is not None:
@@ -422,7 +425,7 @@ class EventBus:
                         raise  # for the publisher: generated functions record their listeners'
                     compiled.record(self._sink, nesting, exc)
                 finally:
-                    nesting.top = None
+                    nesting.top = idle
                 return None
         return self._emit_checked(event, payload)
 
@@ -562,6 +565,7 @@ class EventBus:
         self._pool.start(tg, size=self.queue_size, workers=self.workers)
         self._loop.open(tg)
         self._thread = self._loop.ident
+        self._nesting.running(True)
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self._host.close(self._drain)
@@ -576,6 +580,7 @@ class EventBus:
             self._pool.stopped()
             self._loop.forget()
             self._thread = None
+            self._nesting.running(False)
 
     async def aclose(self) -> None:
         """Leave the running state as ``async with`` would, draining with the grace period.

@@ -8,9 +8,12 @@ Sync emits nest on the stack: between two awaits they always unwind, so a plain 
 ``emit()``'s fast path reads one attribute: ``top is None`` means "at the top, and no async
 call in progress", the only state in which the new emission is known to have no cause and
 depth 1. It then stores the bare event in ``top`` (no object is made per emit), and restores
-``None`` when done. Anything else takes the exact path, which asks :meth:`Nesting.current`
-for the cause; a bare event becomes an :class:`~eventbus._emission.Emission` the first time
-something needs one (a failure, a child emit, :func:`~eventbus.current_emission`).
+``None`` when done. While the bus runs, the idle value is :data:`RUNNING` instead of ``None``:
+the fast path then also checks the thread (an emit from another thread than the loop's is an
+error), and a bus that does not run pays nothing for that check. Anything else takes the exact
+path, which asks :meth:`Nesting.current` for the cause; a bare event becomes an
+:class:`~eventbus._emission.Emission` the first time something needs one (a failure, a child
+emit, :func:`~eventbus.current_emission`).
 """
 
 from __future__ import annotations
@@ -20,19 +23,25 @@ import contextvars
 from ._emission import Emission, hop
 from ._events import Event
 
-__all__ = ["HOPPING", "Nesting"]
+__all__ = ["HOPPING", "RUNNING", "Nesting"]
 
 
-class _Hopping:
-    """The value of :attr:`Nesting.top` while async calls are in progress and no sync emit is."""
+class _State:
+    """A value of :attr:`Nesting.top` that is no emission."""
 
-    __slots__ = ()
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
     def __repr__(self) -> str:
-        return "HOPPING"
+        return self.name
 
 
-HOPPING = _Hopping()
+#: ``top`` while async calls are in progress and no sync emit is
+HOPPING = _State("HOPPING")
+#: ``top`` at rest while the bus runs (its idle value; ``None`` while it does not)
+RUNNING = _State("RUNNING")
 
 
 class Nesting:
@@ -41,28 +50,34 @@ class Nesting:
     :param max_depth: how deeply emits may nest, sync and async hops together
     """
 
-    __slots__ = ("hops", "max_depth", "top")
+    __slots__ = ("hops", "idle", "max_depth", "top")
 
     def __init__(self, max_depth: int) -> None:
         self.max_depth = max_depth
         #: the innermost sync emission (an Event until something needs its Emission), else
-        #: HOPPING while async calls are in progress, else None (``object``: emit() stores
+        #: HOPPING while async calls are in progress, else ``idle`` (``object``: emit() stores
         #: what it was given, known to be an Event only by its dispatch entry)
         self.top: object = None
+        #: ``top`` at rest: None, or RUNNING while the bus runs
+        self.idle: _State | None = None
         #: async listener calls in progress
         self.hops = 0
+
+    def running(self, yes: bool) -> None:
+        """The bus starts (or stops) running: the fast path checks the thread (or not)."""
+        old, self.idle = self.idle, RUNNING if yes else None
+        if self.top is old:
+            self.top = self.idle
 
     def current(self) -> Emission | None:
         """The emission in progress here: the innermost sync one, else the async call's."""
         top = self.top
-        if top is None:
-            return None
         if isinstance(top, Emission):
             return top
         if isinstance(top, Event):  # the fast path's bare event: its Emission, from now on
             em = self.top = Emission(top)
             return em
-        return hop.get()
+        return hop.get() if top is HOPPING else None
 
     def emission(self) -> Emission:
         """The Emission of the sync emit in progress (made now if it was a bare event)."""
@@ -73,7 +88,7 @@ class Nesting:
     def enter_hop(self, emission: Emission) -> contextvars.Token[Emission | None]:
         """Mark an async listener call for *emission* as running (in the current context)."""
         self.hops += 1
-        if self.top is None:
+        if self.top is self.idle:
             self.top = HOPPING
         return hop.set(emission)
 
@@ -82,4 +97,4 @@ class Nesting:
         hop.reset(token)
         self.hops -= 1
         if not self.hops and self.top is HOPPING:
-            self.top = None
+            self.top = self.idle
