@@ -480,7 +480,7 @@ class EventBus:
         """Run every matching listener (async ones concurrently) and wait for all of them.
 
         :param concurrent: false: await the listeners one after another, in order (a failure
-            does not stop the rest), as EventEmitter2's sequential ``emitAsync`` does
+            does not stop the rest), as blinker's ``send_async`` does
         :return: one :class:`Outcome` per listener, in call order
         :raises ListenerErrors: under ``errors="propagate"``, after every listener finished
         """

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Emission", "current_emission", "hop", "register_emit_frame"]
 
+_new = object.__new__
+
 
 class Emission:
     """One emit of one event: what a listener sees through :func:`current_emission`.
@@ -37,16 +39,40 @@ class Emission:
 
     __slots__ = ("_correlation_id", "_event_id", "causation_id", "depth", "event")
 
+    event: Event
+    depth: int
+    causation_id: str | None
+    _event_id: str | None
+    _correlation_id: str | None
+
     def __init__(self, event: Event, depth: int = 1, cause: Emission | None = None) -> None:
         self.event = event
         self.depth = depth
-        self._event_id: str | None = None
+        self._event_id = None
         if cause is None:
-            self.causation_id: str | None = None
-            self._correlation_id: str | None = None
+            self.causation_id = None
+            self._correlation_id = None
         else:
             self.causation_id = cause.event_id
             self._correlation_id = cause.correlation_id
+
+    @classmethod
+    def first(cls, event: Event) -> Emission:
+        """``Emission(event)`` at half the cost: only ``event`` is set, the other slots read
+        their defaults through ``__getattr__`` (``emit_async()`` makes one per call)."""
+        em = _new(cls)
+        em.event = event
+        return em
+
+    if not TYPE_CHECKING:  # hidden from type checkers, which would accept any attribute
+
+        def __getattr__(self, name: str) -> object:
+            """The defaults of the slots an emission made by :meth:`first` leaves unset."""
+            if name == "depth":
+                return 1
+            if name in ("causation_id", "_event_id", "_correlation_id"):
+                return None
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def event_id(self) -> str:

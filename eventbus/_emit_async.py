@@ -27,6 +27,7 @@ from ._table import Plan
 __all__ = ["new_emission", "run_plan"]
 
 _perf = time.perf_counter
+_new = object.__new__
 _isawaitable = inspect.isawaitable
 
 
@@ -61,9 +62,17 @@ async def run_plan(
     :raises ListenerErrors: when listeners under the ``propagate`` policy failed, once all ran
     """
     nesting, sink = runtime.nesting, runtime.sink
-    if emission is None:
+    if emission is None:  # new_emission(), inline: this is emit_async()'s hot path
         # What the listeners' own emits and failures refer to.
-        emission = new_emission(runtime, event)
+        top = nesting.top
+        cause = None if top is None or top is nesting.idle else nesting.current()
+        if cause is None:  # Emission.first(event), inline
+            emission = _new(Emission)
+            emission.event = event
+        elif cause.depth >= nesting.max_depth:
+            raise RecursionLimitError(event.__event_name__, nesting.max_depth)
+        else:
+            emission = cause.child(event)
     subs = plan.listeners
     if not subs:
         return []
@@ -83,10 +92,14 @@ async def run_plan(
                     continue
                 if not sub.left:
                     runtime.table.remove(sub)
-            if sub.is_async and concurrent:
-                spawn.append((i, sub))
+            if sub.is_async:
+                if concurrent:
+                    spawn.append((i, sub))
+                    continue
+                await _run(outcomes, i, sub, emission, runtime)  # sequential: awaited now
+                start = _perf()
                 continue
-            if sub.retries or sub.is_async:
+            if sub.retries:
                 await _run(outcomes, i, sub, emission, runtime)  # backs off between attempts
                 start = _perf()
                 continue

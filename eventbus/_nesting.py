@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextvars
 
 from ._emission import Emission, hop
-from ._events import Event
 
 __all__ = ["HOPPING", "RUNNING", "Nesting"]
 
@@ -72,12 +71,14 @@ class Nesting:
     def current(self) -> Emission | None:
         """The emission in progress here: the innermost sync one, else the async call's."""
         top = self.top
-        if isinstance(top, Emission):
-            return top
-        if isinstance(top, Event):  # the fast path's bare event: its Emission, from now on
-            em = self.top = Emission(top)
-            return em
-        return hop.get() if top is HOPPING else None
+        if top is None or top is self.idle:
+            return None
+        if top is HOPPING:
+            return hop.get()
+        if type(top) is Emission:
+            return top  # type() is cheaper than isinstance() here
+        em = self.top = Emission(top)  # type: ignore[arg-type]  # the fast path's bare event
+        return em
 
     def emission(self) -> Emission:
         """The Emission of the sync emit in progress (made now if it was a bare event)."""

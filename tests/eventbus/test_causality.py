@@ -182,6 +182,10 @@ async def test_current_emission_in_listeners_of_every_path(bus: EventBus) -> Non
     assert registered.causation_id == shipped_inner.event_id
     assert registered.correlation_id == shipped_inner.event_id
     assert via_async is not None and via_async.event is PAID and via_async is not first
+    assert (via_async.depth, via_async.causation_id) == (1, None)
+    assert via_async.correlation_id == via_async.event_id != first.event_id
+    with pytest.raises(AttributeError, match="'Emission' object has no attribute 'nope'"):
+        via_async.nope  # type: ignore[attr-defined]  # noqa: B018
     assert "order.paid" in repr(first) and first.event_id in repr(first)
 
 
