@@ -259,18 +259,16 @@ class EventBus:
         """Subscribe a listener to an event type, an event name or a wildcard pattern.
 
         Use as ``@bus.on(OrderPaid)`` or ``bus.on("order.*", fn)``; the function is returned
-        unchanged. Everything is validated before anything is registered. Keyword options:
+        unchanged. Everything is validated before anything is registered.
 
-        * ``name``: stable name for the failure table (default ``module:qualname``)
-        * ``priority``: higher runs first (default 0); equal priorities run in subscription
-          order, exact and wildcard listeners alike
-        * ``times``: unsubscribe after this many calls (default: no limit); ``once=True`` is
-          ``times=1``
-        * ``timeout``: seconds after which an async listener is cancelled and a timeout
-          recorded
-        * ``retries``: extra attempts before a failure is recorded (recorded once)
-        * ``errors``: this listener's policy; default: the bus's
-
+        :param name: stable name for the failure table (default ``module:qualname``)
+        :param once: remove the listener after its first call (``times=1``)
+        :param timeout: seconds after which an async listener is cancelled and a timeout recorded
+        :param retries: extra attempts before a failure is recorded (recorded once)
+        :param errors: this listener's policy; default: the bus's
+        :param priority: higher runs first (default 0); equal priorities run in subscription
+            order, exact and wildcard listeners alike
+        :param times: unsubscribe after this many calls (default: no limit)
         :raises DuplicateListenerError: if another listener on this bus already has that name
         :raises ValueError: naming the option, for a value out of range (``times=0``)
         :raises TypeError: naming the option, for a value of the wrong type
