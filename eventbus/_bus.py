@@ -409,11 +409,7 @@ class EventBus:
             # that the KeyError does not become the context of what a listener raises)
         else:
             nesting = self._nesting
-            # top is None: idle, not running; RUNNING: idle while the bus runs, so the thread
-            # is checked (a bus that does not run never gets that far).
-            if payload is None and (
-                (idle := nesting.top) is None or (idle is RUNNING and self._thread == get_ident())
-            ):
+            if payload is None and nesting.top is None:  # idle, and the bus does not run
                 nesting.top = event  # the emission, kept as its bare event until asked for
                 try:
                     if (value := call(event)) is not None:
@@ -423,7 +419,21 @@ class EventBus:
                         raise  # for the publisher: generated functions record their listeners'
                     compiled.record(self._sink, nesting, exc)
                 finally:
-                    nesting.top = idle
+                    nesting.top = None
+                return None
+            # Idle while the bus runs: the same, from the loop's thread only. Written out
+            # twice so that a bus that does not run pays nothing for the thread check.
+            if payload is None and nesting.top is RUNNING and self._thread == get_ident():
+                nesting.top = event
+                try:
+                    if (value := call(event)) is not None:
+                        compiled.returned(value)
+                except Exception as exc:
+                    if compiled.single is None:
+                        raise
+                    compiled.record(self._sink, nesting, exc)
+                finally:
+                    nesting.top = RUNNING
                 return None
         return self._emit_checked(event, payload)
 
