@@ -13,14 +13,17 @@ The bus owns parts that each keep their own state and know nothing of the bus:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Self, Unpack, overload
 
 from anyio.abc import TaskGroup
 
 from ._calls import checkpoint
 from ._compiler import DispatchCache, Runtime
-from ._emit_async import run_plan
+from ._emission import register_emit_frame
+from ._emit_async import new_emission, run_plan
 from ._events import Event, EventRegistry, coerce_event, default_registry
 from ._exceptions import RecursionLimitError
 from ._failures import FailureRecord
@@ -35,10 +38,14 @@ from ._listeners import (
     R,
     TypedDecorator,
 )
-from ._nesting import Nesting
+from ._nesting import RUNNING, Nesting
+from ._observe import Observer
 from ._pool import WorkerPool
 from ._sink import FailureSink
-from ._table import ListenerTable, check_policy
+from ._subscription import Subscription
+from ._table import ListenerTable, check_max_listeners, check_policy
+from ._threads import LoopThread, get_ident
+from ._wait import wait_for
 from .backends.memory import MemoryFailureStore
 
 if TYPE_CHECKING:
@@ -46,6 +53,9 @@ if TYPE_CHECKING:
     from .abc import FailureStore
 
 __all__ = ["BusStatistics", "EventBus"]
+
+#: The keyword options of on(), which subscribed() takes too.
+ON_OPTIONS = ListenerOptions.__required_keys__ | ListenerOptions.__optional_keys__
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -76,6 +86,8 @@ class EventBus:
     :param on_failure: a sync callable given each new :class:`FailureRecord` (for alerting);
         its own exceptions are logged, never raised, and failures it causes (it emits, say)
         are recorded without calling it again
+    :param max_listeners: more listeners than this on one event name or pattern issue a
+        :class:`MaxListenersExceededWarning` (once, naming it); 0 turns the check off
     :raises TypeError: if *on_failure* is async (the bus would never await it)
     """
 
@@ -84,10 +96,12 @@ class EventBus:
         "_compiled",
         "_dispatch",
         "_host",
+        "_loop",
         "_nesting",
         "_pool",
         "_sink",
         "_table",
+        "_thread",
         "queue_size",
         "shutdown_grace",
         "workers",
@@ -105,6 +119,7 @@ class EventBus:
         max_depth: int = 32,
         retry_backoff: float = 0.1,
         on_failure: Callable[[FailureRecord], None] | None = None,
+        max_listeners: int = 100,
     ) -> None:
         if queue_size < 0 or workers < 1 or max_depth < 1 or shutdown_grace < 0:
             raise ValueError(
@@ -115,7 +130,9 @@ class EventBus:
         self.workers = workers
         self.shutdown_grace = shutdown_grace
         self._nesting = Nesting(max_depth)
-        self._table = ListenerTable(registry if registry is not None else default_registry)
+        self._table = ListenerTable(
+            registry if registry is not None else default_registry, max_listeners=max_listeners
+        )
         self._sink = FailureSink(failures if failures is not None else MemoryFailureStore())
         self._sink.hook = on_failure
         self._pool = WorkerPool(self._sink, self._nesting, backoff=retry_backoff)
@@ -125,6 +142,8 @@ class EventBus:
         # event type -> (what emit() calls, what it was compiled from): the hot path's dict
         self._dispatch = self._compiled.entries
         self._host = TaskGroupHost()
+        self._loop = LoopThread()
+        self._thread: int | None = None  # the running loop's thread: _loop.ident, for emit()
 
     # -- settings -----------------------------------------------------------------------------
 
@@ -158,6 +177,15 @@ class EventBus:
         if not isinstance(max_depth, int) or max_depth < 1:
             raise ValueError(f"max_depth={max_depth!r} must be an int >= 1")
         self._nesting.max_depth = max_depth
+
+    @property
+    def max_listeners(self) -> int:
+        """Listeners on one event name or pattern beyond which a warning is issued (0: off)."""
+        return self._table.max_listeners
+
+    @max_listeners.setter
+    def max_listeners(self, value: int) -> None:
+        self._table.max_listeners = check_max_listeners(value)
 
     @property
     def on_failure(self) -> Callable[[FailureRecord], object] | None:
@@ -225,6 +253,8 @@ class EventBus:
         timeout: float | None = None,
         retries: int = 0,
         errors: ErrorPolicy | None = None,
+        priority: int = 0,
+        times: int | None = None,
     ) -> Any:
         """Subscribe a listener to an event type, an event name or a wildcard pattern.
 
@@ -232,14 +262,26 @@ class EventBus:
         unchanged. Everything is validated before anything is registered.
 
         :param name: stable name for the failure table (default ``module:qualname``)
-        :param once: remove the listener after its first call
+        :param once: remove the listener after its first call (``times=1``)
         :param timeout: seconds after which an async listener is cancelled and a timeout recorded
         :param retries: extra attempts before a failure is recorded (recorded once)
         :param errors: this listener's policy; default: the bus's
+        :param priority: higher runs first (default 0); equal priorities run in subscription
+            order, exact and wildcard listeners alike
+        :param times: unsubscribe after this many calls (default: no limit)
         :raises DuplicateListenerError: if another listener on this bus already has that name
+        :raises ValueError: naming the option, for a value out of range (``times=0``)
+        :raises TypeError: naming the option, for a value of the wrong type
         """
         subscribe = self._table.subscriber(
-            event, name=name, once=once, timeout=timeout, retries=retries, errors=errors
+            event,
+            name=name,
+            once=once,
+            timeout=timeout,
+            retries=retries,
+            errors=errors,
+            priority=priority,
+            times=times,
         )
         return subscribe if listener is None else subscribe(listener)
 
@@ -264,11 +306,73 @@ class EventBus:
         **options: Any,
     ) -> Any:
         """Like :meth:`on` with ``once=True``, as a decorator or a call."""
-        if "once" in options:
-            raise TypeError("once() got an unexpected keyword argument 'once'")
+        for option in ("once", "times"):
+            if option in options:
+                raise TypeError(f"once() got an unexpected keyword argument {option!r}")
         if listener is None:
             return self.on(event, once=True, **options)
         return self.on(event, listener, once=True, **options)
+
+    @overload
+    def subscribed(
+        self, event: type[E], listener: Callable[[E], Any], /, **options: Unpack[ListenerOptions]
+    ) -> Subscription: ...
+    @overload
+    def subscribed(
+        self, event: str, listener: Callable[[Event], Any], /, **options: Unpack[ListenerOptions]
+    ) -> Subscription: ...
+
+    def subscribed(
+        self, event: type[Event] | str, listener: Callable[[Any], Any], /, **options: Any
+    ) -> Subscription:
+        """``with bus.subscribed(E, fn):`` (or ``async with``): subscribed inside the block only.
+
+        The options are :meth:`on`'s, checked now; the listener is subscribed on entering the
+        block (``as`` gives its :class:`Listener`) and removed on leaving it, however it is left.
+        """
+        if not callable(listener):
+            raise TypeError(f"subscribed() needs a callable listener, got {listener!r}")
+        for option in options:
+            if option not in ON_OPTIONS:
+                raise TypeError(f"subscribed() got an unexpected keyword argument {option!r}")
+        return Subscription(self._table, self._table.binder(event, **options), listener)
+
+    @overload
+    async def wait_for(
+        self,
+        event: type[E],
+        /,
+        *,
+        where: Callable[[E], object] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109  (EventEmitter2's waitFor has one)
+    ) -> E: ...
+    @overload
+    async def wait_for(
+        self,
+        event: str,
+        /,
+        *,
+        where: Callable[[Event], object] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> Event: ...
+
+    async def wait_for(
+        self,
+        event: type[Event] | str,
+        /,
+        *,
+        where: Callable[[Any], object] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> Any:
+        """The first event matching *event* (a type, a name or a pattern) emitted after the call.
+
+        :param where: a predicate on the event; only events it accepts count (what it raises
+            is raised here, and the emit goes on)
+        :param timeout: seconds to wait at most (default: no limit)
+        :raises TimeoutError: naming the event, when *timeout* passes first
+        :raises UnknownEventError: for a name nobody declared
+        """
+        return await wait_for(self._table, event, where, timeout)
 
     def off(self, event: type[Event] | str, listener: Callable[..., Any] | str, /) -> None:
         """Unsubscribe by function or by listener name; an emit already running is unaffected.
@@ -296,7 +400,8 @@ class EventBus:
         :raises ListenerErrors: under ``errors="propagate"``, after every sync listener ran
         """
         # The hot path: a declared event at the top level (not nested in another emit, no
-        # async listener call in progress). Everything else takes _emit_checked.
+        # async listener call in progress), and no payload, from the running loop's thread
+        # (any thread while the bus does not run). Everything else takes _emit_checked.
         try:
             call, compiled = self._dispatch[type(event)]
         except KeyError:
@@ -304,55 +409,124 @@ class EventBus:
             # that the KeyError does not become the context of what a listener raises)
         else:
             nesting = self._nesting
-            if payload is None and not nesting.level:
-                nesting.level = 1
+            if payload is None and nesting.top is None:  # idle, and the bus does not run
+                nesting.top = event  # the emission, kept as its bare event until asked for
                 try:
                     if (value := call(event)) is not None:
                         compiled.returned(value)
                 except Exception as exc:
                     if compiled.single is None:
                         raise  # for the publisher: generated functions record their listeners'
-                    compiled.record(self._sink, event, exc)
+                    compiled.record(self._sink, nesting, exc)
                 finally:
-                    nesting.level = 0
+                    nesting.top = None
+                return None
+            # Idle while the bus runs: the same, from the loop's thread only. Written out
+            # twice so that a bus that does not run pays nothing for the thread check.
+            if payload is None and nesting.top is RUNNING and self._thread == get_ident():
+                nesting.top = event
+                try:
+                    if (value := call(event)) is not None:
+                        compiled.returned(value)
+                except Exception as exc:
+                    if compiled.single is None:
+                        raise
+                    compiled.record(self._sink, nesting, exc)
+                finally:
+                    nesting.top = RUNNING
                 return None
         return self._emit_checked(event, payload)
 
     def _emit_checked(self, event: Event | str, payload: Mapping[str, Any] | None) -> None:
-        """``emit()`` with every check: coercion, compiling, and the depth limit."""
+        """``emit()`` with every check: the thread, coercion, compiling, the depth limit, the
+        cause."""
+        if self._thread is not None:
+            self._loop.check("emit", _name_of(event))
         event = coerce_event(self.registry, event, payload)
         call, compiled = self._compiled.get(type(event))
         nesting = self._nesting
-        if nesting.depth() >= nesting.max_depth:
+        cause = nesting.current()
+        if cause is not None and cause.depth >= nesting.max_depth:
             raise RecursionLimitError(event.__event_name__, nesting.max_depth)
-        nesting.level += 1
+        saved = nesting.top  # read after current(), which may have made the cause's Emission
+        nesting.top = event if cause is None else cause.child(event)
         try:  # as in emit()
             if (value := call(event)) is not None:
                 compiled.returned(value)
         except Exception as exc:
             if compiled.single is None:
                 raise
-            compiled.record(self._sink, event, exc)
+            compiled.record(self._sink, nesting, exc)
         finally:
-            nesting.level -= 1
+            nesting.top = saved
+
+    def _observe(self, observer: Observer | None) -> None:
+        """Attach instrumentation (see :mod:`eventbus._observe`), or detach it with ``None``."""
+        previous = self._compiled.observer
+        if previous is not None:
+            self._sink.observers.remove(previous.failed)
+        self._compiled.observer = observer
+        self._table.wrap = None if observer is None else observer.listener
+        for sub in self._table:
+            sub.call = sub.fn if observer is None else observer.listener(sub)
+        if observer is not None:
+            self._sink.observers.append(observer.failed)
+        self._table.invalidate()  # recompiled with the listeners' new calls, and wrapped
 
     def _dispatch_source(self, event: type[Event]) -> str | None:
         """The generated source ``emit()`` runs for *event* (``None``: it calls one listener)."""
         return self._compiled.get(event)[1].source
 
     async def emit_async(
-        self, event: Event | str, payload: Mapping[str, Any] | None = None, /
+        self,
+        event: Event | str,
+        payload: Mapping[str, Any] | None = None,
+        /,
+        *,
+        concurrent: bool = True,
     ) -> list[Outcome]:
         """Run every matching listener (async ones concurrently) and wait for all of them.
 
-        :return: one :class:`Outcome` per listener, in subscription order
+        :param concurrent: false: await the listeners one after another, in order (a failure
+            does not stop the rest), as blinker's ``send_async`` does
+        :return: one :class:`Outcome` per listener, in call order
         :raises ListenerErrors: under ``errors="propagate"``, after every listener finished
         """
         await checkpoint()
+        if self._thread is not None:
+            self._loop.check("emit_async", _name_of(event))
         if payload is not None or not isinstance(event, Event):
             event = coerce_event(self.registry, event, payload)
         plan = self._table.plan(type(event))
-        return await run_plan(plan, event, self._compiled.runtime, self._compiled.policy)
+        runtime, policy = self._compiled.runtime, self._compiled.policy
+        if concurrent is not True and concurrent is not False:
+            raise TypeError(f"concurrent={concurrent!r} must be True or False")
+        observer = self._compiled.observer
+        if observer is None:
+            return await run_plan(plan, event, runtime, policy, concurrent)
+        emission = new_emission(runtime, event)
+        return await observer.emit_async(
+            plan,
+            emission,
+            functools.partial(run_plan, plan, event, runtime, policy, concurrent, emission),
+        )
+
+    def emit_threadsafe(
+        self, event: Event | str, payload: Mapping[str, Any] | None = None, /
+    ) -> Future[list[Outcome]]:
+        """From another thread: run ``emit_async(event)`` in the running bus's event loop.
+
+        For sync code in worker threads (``anyio.to_thread``, a thread pool). The event is
+        checked in the calling thread; the returned future gives the outcomes, or what
+        ``emit_async()`` raised (a ``ListenerErrors`` group under ``propagate``). Cancelling
+        the future cancels the emit.
+
+        :raises BusNotRunningError: if the bus is not running (or closed): nothing was emitted
+        :raises WrongThreadError: if called from the bus's own event loop thread
+        """
+        event = coerce_event(self.registry, event, payload)
+        self._table.pattern_of(type(event))  # UnknownEventError here, in the caller's thread
+        return self._loop.submit(self.emit_async, event, event.__event_name__)
 
     async def retry_failures(
         self,
@@ -361,12 +535,18 @@ class EventBus:
         listener: str | None = None,
         limit: int | None = None,
         max_attempts: int = 5,
+        correlation: str | None = None,
     ) -> RetryReport:
         """Re-run pending failures from the store; see :func:`eventbus._retry.retry_failures`."""
         from ._retry import retry_failures
 
         return await retry_failures(
-            self, event=event, listener=listener, limit=limit, max_attempts=max_attempts
+            self,
+            event=event,
+            listener=listener,
+            limit=limit,
+            max_attempts=max_attempts,
+            correlation=correlation,
         )
 
     def statistics(self) -> BusStatistics:
@@ -391,17 +571,24 @@ class EventBus:
     async def _start(self, tg: TaskGroup) -> None:
         await self.failures.start(tg)
         self._pool.start(tg, size=self.queue_size, workers=self.workers)
+        self._loop.open(tg)
+        self._thread = self._loop.ident
+        self._nesting.running(True)
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self._host.close(self._drain)
 
     async def _drain(self) -> None:
         try:
+            await self._loop.close(self.shutdown_grace)  # calls from threads finish first
             await self._pool.drain(self.shutdown_grace)
             self._sink.close()
             await self.failures.aclose()
         finally:
             self._pool.stopped()
+            self._loop.forget()
+            self._thread = None
+            self._nesting.running(False)
 
     async def aclose(self) -> None:
         """Leave the running state as ``async with`` would, draining with the grace period.
@@ -411,3 +598,15 @@ class EventBus:
         if self._host.is_open:
             self._host.check_closer(self)
             await self.__aexit__(None, None, None)
+
+
+def _name_of(event: object) -> str:
+    """The event name an error message shows for what ``emit()`` was given."""
+    if isinstance(event, str):
+        return event
+    return getattr(event, "__event_name__", None) or type(event).__name__
+
+
+# current_emission() finds a sync listener's emission by these frames on the stack.
+register_emit_frame(EventBus.emit.__code__)
+register_emit_frame(EventBus._emit_checked.__code__)

@@ -11,6 +11,7 @@ The tree::
      ├── DuplicateListenerError      (ValueError)    two listeners would share one name
      ├── ListenerLookupError         (LookupError)   ``off()`` or a retry names no listener
      ├── BusNotRunningError          (RuntimeError)  async listeners, bus not entered
+     ├── WrongThreadError            (RuntimeError)  emit() from another thread than the loop's
      ├── RecursionLimitError         (RuntimeError)  nested emits deeper than ``max_depth``
      ├── ListenerTimeoutError        (TimeoutError)  a listener's ``timeout=`` expired
      ├── ListenerDroppedError        a call that never ran (queue full, bus closing)
@@ -22,6 +23,7 @@ The tree::
      └── ActionError                 input a console action refuses (a 400 or 404 page)
     ListenerErrors (ExceptionGroup)  what ``errors="propagate"`` raises, always a group
     UnexpectedFailuresError (AssertionError)  failures a test did not expect
+    MaxListenersExceededWarning (RuntimeWarning)  one name has more listeners than it should
 
 Defined beside what raises them: ``AppLoadError`` in :mod:`eventbus.cli`, the two pyee errors
 in :mod:`eventbus.interop.pyee` (``UnmappedEventError`` is a ``LookupError`` as pyee's own
@@ -50,9 +52,11 @@ __all__ = [
     "ListenerLookupError",
     "ListenerShutdownError",
     "ListenerTimeoutError",
+    "MaxListenersExceededWarning",
     "PayloadError",
     "RecursionLimitError",
     "UnknownEventError",
+    "WrongThreadError",
 ]
 
 
@@ -127,14 +131,58 @@ class ListenerLookupError(EventBusError, LookupError):
 
 
 class BusNotRunningError(EventBusError, RuntimeError):
-    """``emit()`` found async listeners, but the bus is not entered (no workers to run them)."""
+    """The bus must be running (``async with bus:``) for this call; *call* names the method."""
 
-    def __init__(self, event: str, async_listeners: int) -> None:
+    def __init__(self, event: str, async_listeners: int = 0, *, call: str = "emit") -> None:
         self.event = event
+        if call == "emit":
+            message = (
+                f"emit({event!r}) found {async_listeners} async listener"
+                f"{'s' if async_listeners != 1 else ''} but the bus is not running; "
+                "enter 'async with bus:' first, or use 'await bus.emit_async(...)'"
+            )
+        else:
+            message = (
+                f"{call}({event!r}) needs a running bus to hand the event to, and this one is "
+                "not running (not entered yet, or closed): nothing was emitted; enter "
+                "'async with bus:' in the bus's event loop first"
+            )
+        super().__init__(message)
+
+
+class WrongThreadError(EventBusError, RuntimeError):
+    """An emit from another thread than the running bus's event loop thread (or
+    ``emit_threadsafe()`` from that thread itself, where it would deadlock)."""
+
+    def __init__(self, call: str, event: str, thread: str, loop_thread: str) -> None:
+        self.event = event
+        if call == "emit_threadsafe":
+            message = (
+                f"emit_threadsafe({event!r}) was called from thread {thread!r}, the bus's own "
+                "event loop thread, where waiting for it would deadlock; there, use emit() "
+                "or 'await emit_async()'"
+            )
+        else:
+            message = (
+                f"{call}({event!r}) was called from thread {thread!r}, but the bus runs in "
+                f"the event loop of thread {loop_thread!r} and is not thread-safe; from other "
+                "threads use bus.emit_threadsafe(event), which hands the emit to the bus's loop"
+            )
+        super().__init__(message)
+
+
+class MaxListenersExceededWarning(RuntimeWarning):
+    """More listeners on one event name or pattern than ``max_listeners``: usually a leak."""
+
+    def __init__(self, pattern: str, count: int, limit: int) -> None:
+        self.pattern = pattern
+        self.count = count
+        self.limit = limit
         super().__init__(
-            f"emit({event!r}) found {async_listeners} async listener"
-            f"{'s' if async_listeners != 1 else ''} but the bus is not running; "
-            "enter 'async with bus:' first, or use 'await bus.emit_async(...)'"
+            f"{count} listeners are subscribed to {pattern!r} on one bus "
+            f"(max_listeners={limit}): listeners added per request and never removed? "
+            "Remove them with off() or subscribe with 'with bus.subscribed(...)'; or raise "
+            "EventBus(max_listeners=...) (0 turns this warning off)"
         )
 
 

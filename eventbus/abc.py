@@ -24,7 +24,8 @@ class FailureStore(Protocol):
       package are also async context managers that close on exit; the bus needs only
       ``aclose()``.)
     * ``flush()`` returns once every record accepted before the call is queryable.
-    * Queries return newest first.
+    * Queries return newest first. ``correlation`` (added after the first release) selects
+      the records of one chain of causes: a store written before it must take the keyword.
     * Every field of a record reads as its declared type; ``traceback`` is ``str``. A record
       the bus made renders that text on the first read (tens of µs, once), so a store that
       writes later should read it when it writes, not in ``record()``.
@@ -54,8 +55,9 @@ class FailureStore(Protocol):
         listener: str | None = None,
         since: datetime | None = None,
         limit: int | None = 100,
+        correlation: str | None = None,
     ) -> list[FailureRecord]:
-        """Records matching every given filter, newest first; *since* compares the last failure."""
+        """Records matching every filter given, newest first (*correlation*: one chain)."""
         ...
 
     async def get(self, failure_id: str) -> FailureRecord | None:

@@ -71,6 +71,7 @@ class MemoryFailureStore(AsyncResource):
         listener: str | None = None,
         since: datetime | None = None,
         limit: int | None = 100,
+        correlation: str | None = None,
     ) -> list[FailureRecord]:
         await checkpoint()
         out: list[FailureRecord] = []
@@ -82,6 +83,8 @@ class MemoryFailureStore(AsyncResource):
             if listener is not None and rec.listener != listener:
                 continue
             if since is not None and rec.last_failed_at < since:
+                continue
+            if correlation is not None and rec.correlation_id != correlation:
                 continue
             out.append(rec)
             if limit is not None and len(out) >= limit:
