@@ -56,9 +56,9 @@ from .._table import Plan
 
 __all__ = ["BusInstrumentation", "instrument"]
 
-SCOPE = "eventbus"
+_SCOPE = "eventbus"
 #: Span contexts kept to link an emit to the emit that caused it (the most recent ones).
-MAX_LINKED = 10_000
+_MAX_LINKED = 10_000
 _DROPPED = "eventbus.ListenerDroppedError"
 
 
@@ -96,8 +96,8 @@ class BusInstrumentation:
     ) -> None:
         self.bus = bus
         self._nesting = bus._nesting
-        self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
-        meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
+        self.tracer = trace.get_tracer(_SCOPE, tracer_provider=tracer_provider)
+        meter = metrics.get_meter(_SCOPE, meter_provider=meter_provider)
         self._emits = meter.create_counter(
             "eventbus.emits", unit="{emit}", description="Events emitted"
         )
@@ -268,7 +268,7 @@ class BusInstrumentation:
     def _remember(self, event_id: str, context: SpanContext) -> None:
         spans = self._spans
         spans[event_id] = context
-        if len(spans) > MAX_LINKED:
+        if len(spans) > _MAX_LINKED:
             spans.popitem(last=False)
 
     def _observe_depth(self, options: CallbackOptions) -> Iterable[Observation]:
