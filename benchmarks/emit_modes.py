@@ -119,7 +119,10 @@ def sync_cases() -> dict[str, Case]:
 
 
 async def async_throughput(options: Options) -> Table:
-    """``emit`` and ``emit_async`` with 10 listeners, against ``asyncio.gather`` / a direct loop."""
+    """``emit`` and ``emit_async`` with 10 listeners, against ``asyncio.gather`` / a direct loop;
+    and ``emit`` with 1 sync listener on a running bus (the thread is checked), in a task."""
+    [one], ones = counted(1)
+    bus_running = _bus([one])
     afns_list, async_calls = counted_async(10)
     afns = tuple(afns_list)
     sfns_list, sync_calls = counted(10)
@@ -146,6 +149,16 @@ async def async_throughput(options: Options) -> Table:
     bus_emit = _bus(list(counting), queue_size=BATCH * 10)
     bus_async = _bus(list(afns))
     bus_sync = _bus(list(sfns))
+
+    async def direct_1(n: int) -> None:
+        fn, ev = one, EVENT
+        for _ in range(n):
+            fn(ev)
+
+    async def emit_1_running(n: int) -> None:
+        bus, ev = bus_running, EVENT
+        for _ in range(n):
+            bus.emit(ev)
 
     async def gather_10(n: int) -> None:
         fns, ev = afns, EVENT
@@ -185,7 +198,15 @@ async def async_throughput(options: Options) -> Table:
 
     gather = "asyncio.gather, 10 async listeners"
     loop = "direct loop + sleep(0), 10 sync listeners"
+    direct = "direct call, 1 sync listener, in a task"
     cases: dict[str, tuple[AsyncLoop, str | None, Work, float | None]] = {
+        direct: (direct_1, None, Work(ones, 1), None),
+        "emit, 1 sync listener, bus running (thread checked)": (
+            emit_1_running,
+            direct,
+            Work(ones, 1),
+            None,
+        ),
         gather: (gather_10, None, Work(async_calls, 10), None),
         "await emit_async, 10 async listeners": (
             emit_async_10,
@@ -207,7 +228,7 @@ async def async_throughput(options: Options) -> Table:
             3.0,
         ),
     }
-    async with bus_emit:
+    async with bus_emit, bus_running:
         stats = await run_async_cases(
             {k: v[0] for k, v in cases.items()},
             options,

@@ -8,47 +8,53 @@
   (``python -m domain``).
 
 Public modules: ``abc``, ``backends.*``, ``db``, ``events``, ``exceptions``; the names below.
+
+The names are imported on first access (a module ``__getattr__``, PEP 562), as ``scheduler``
+does with its backends: ``import domain.events`` loads the catalog and the bus, not SQLAlchemy,
+the scheduler and every service.
 """
 
 from __future__ import annotations
 
-from eventbus import Event as _Event
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from ._shortlink_rules import new_code as new_code
-from ._shortlink_rules import validate_alias as validate_alias
-from ._shortlink_rules import validate_url as validate_url
-from .app import App as App
-from .app import Schedules as Schedules
-from .backends.memory import MemoryCounterStore as MemoryCounterStore
-from .counters import Counter as Counter
-from .counters import CounterStatistics as CounterStatistics
-from .counters import FlushReport as FlushReport
-from .db import create_tables as create_tables
-from .events import ArticlePublished as ArticlePublished
-from .events import ArticleViewed as ArticleViewed
-from .events import CountsLost as CountsLost
-from .events import OrderPaid as OrderPaid
-from .events import ShortlinkCreated as ShortlinkCreated
-from .events import ShortlinkVisited as ShortlinkVisited
-from .events import UserRegistered as UserRegistered
-from .events import catalog as catalog
-from .exceptions import AdminTokenError as AdminTokenError
-from .exceptions import AliasTakenError as AliasTakenError
-from .exceptions import ArticleNotFoundError as ArticleNotFoundError
-from .exceptions import CodeSpaceExhaustedError as CodeSpaceExhaustedError
-from .exceptions import DomainError as DomainError
-from .exceptions import InvalidAliasError as InvalidAliasError
-from .exceptions import InvalidUrlError as InvalidUrlError
-from .exceptions import MailDeliveryError as MailDeliveryError
-from .exceptions import ReservedAliasError as ReservedAliasError
-from .exceptions import ScheduleTimeError as ScheduleTimeError
-from .listeners import ExampleListeners as ExampleListeners
-from .publishing import PUBLISH_CRON as PUBLISH_CRON
-from .publishing import Publisher as Publisher
-from .shortlinks import Resolution as Resolution
-from .shortlinks import ShortLink as ShortLink
-from .shortlinks import ShortLinks as ShortLinks
-from .views import ArticleViews as ArticleViews
+if TYPE_CHECKING:
+    from ._shortlink_rules import new_code as new_code
+    from ._shortlink_rules import validate_alias as validate_alias
+    from ._shortlink_rules import validate_url as validate_url
+    from .app import App as App
+    from .app import Schedules as Schedules
+    from .backends.memory import MemoryCounterStore as MemoryCounterStore
+    from .counters import Counter as Counter
+    from .counters import CounterStatistics as CounterStatistics
+    from .counters import FlushReport as FlushReport
+    from .db import create_tables as create_tables
+    from .events import ArticlePublished as ArticlePublished
+    from .events import ArticleViewed as ArticleViewed
+    from .events import CountsLost as CountsLost
+    from .events import OrderPaid as OrderPaid
+    from .events import ShortlinkCreated as ShortlinkCreated
+    from .events import ShortlinkVisited as ShortlinkVisited
+    from .events import UserRegistered as UserRegistered
+    from .events import catalog as catalog
+    from .exceptions import AdminTokenError as AdminTokenError
+    from .exceptions import AliasTakenError as AliasTakenError
+    from .exceptions import ArticleNotFoundError as ArticleNotFoundError
+    from .exceptions import CodeSpaceExhaustedError as CodeSpaceExhaustedError
+    from .exceptions import DomainError as DomainError
+    from .exceptions import InvalidAliasError as InvalidAliasError
+    from .exceptions import InvalidUrlError as InvalidUrlError
+    from .exceptions import MailDeliveryError as MailDeliveryError
+    from .exceptions import ReservedAliasError as ReservedAliasError
+    from .exceptions import ScheduleTimeError as ScheduleTimeError
+    from .listeners import ExampleListeners as ExampleListeners
+    from .publishing import PUBLISH_CRON as PUBLISH_CRON
+    from .publishing import Publisher as Publisher
+    from .shortlinks import Resolution as Resolution
+    from .shortlinks import ShortLink as ShortLink
+    from .shortlinks import ShortLinks as ShortLinks
+    from .views import ArticleViews as ArticleViews
 
 __all__ = [
     "AdminTokenError",
@@ -88,17 +94,55 @@ __all__ = [
     "validate_url",
 ]
 
-# Show the public path in reprs: domain.ShortLinks, not domain.shortlinks.ShortLinks. Events
-# keep their module: their string annotations are resolved in its namespace.
-for _name in __all__:
-    _obj = globals()[_name]
-    if (
-        callable(_obj)
-        and not (isinstance(_obj, type) and issubclass(_obj, _Event))
-        and getattr(_obj, "__module__", "").startswith(f"{__name__}.")
-    ):
-        try:
-            _obj.__module__ = __name__
-        except (AttributeError, TypeError):
-            pass
-del _name, _obj
+#: The module of each name in ``__all__``, imported on first access.
+_LAZY = {
+    "AdminTokenError": "exceptions",
+    "AliasTakenError": "exceptions",
+    "App": "app",
+    "ArticleNotFoundError": "exceptions",
+    "ArticlePublished": "events",
+    "ArticleViewed": "events",
+    "ArticleViews": "views",
+    "CodeSpaceExhaustedError": "exceptions",
+    "Counter": "counters",
+    "CounterStatistics": "counters",
+    "CountsLost": "events",
+    "DomainError": "exceptions",
+    "ExampleListeners": "listeners",
+    "FlushReport": "counters",
+    "InvalidAliasError": "exceptions",
+    "InvalidUrlError": "exceptions",
+    "MailDeliveryError": "exceptions",
+    "MemoryCounterStore": "backends.memory",
+    "OrderPaid": "events",
+    "PUBLISH_CRON": "publishing",
+    "Publisher": "publishing",
+    "ReservedAliasError": "exceptions",
+    "Resolution": "shortlinks",
+    "ScheduleTimeError": "exceptions",
+    "Schedules": "app",
+    "ShortLink": "shortlinks",
+    "ShortLinks": "shortlinks",
+    "ShortlinkCreated": "events",
+    "ShortlinkVisited": "events",
+    "UserRegistered": "events",
+    "catalog": "events",
+    "create_tables": "db",
+    "new_code": "_shortlink_rules",
+    "validate_alias": "_shortlink_rules",
+    "validate_url": "_shortlink_rules",
+}
+
+if not TYPE_CHECKING:  # mypy sees the imports above; a __getattr__ would hide typos from it
+
+    def __getattr__(name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value  # later lookups skip __getattr__
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -3,8 +3,9 @@
 Errors a user can fix are one ``error: ...`` line on stderr, never a traceback, with the exit
 codes of the ``eventbus`` and ``scheduler`` CLIs: 1 when a server or file named by good input
 fails (Redis unreachable, a database that cannot be opened), 2 for bad input (argparse's own
-convention). A URL is echoed with its password masked. ``--db`` is a SQLAlchemy URL or a
-SQLite file path, read in one place (:func:`domain.app.database_url`).
+convention). A URL is echoed with its password masked (:func:`eventbus.backends.sql.redact_url`).
+``--db`` is a SQLAlchemy URL or a SQLite file path, read by the rule every package shares
+(:func:`eventbus.backends.sql.database_url`).
 """
 
 from __future__ import annotations
@@ -13,16 +14,15 @@ import argparse
 import functools
 import logging
 import os
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import make_url
 
-from .app import database_url
+from eventbus.backends.sql import database_url, make_engine, redact_url
+
 from .exceptions import AdminTokenError
 
 __all__ = [
@@ -31,8 +31,7 @@ __all__ = [
     "InputError",
     "check_reachable",
     "check_redis_url",
-    "check_sqlite_dir",
-    "mask_url",
+    "check_database",
     "port",
     "run_cli",
     "serve",
@@ -47,14 +46,6 @@ _UNUSABLE_DB = (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, sa_exc.InvalidRe
 
 class InputError(Exception):
     """Bad input found after argparse: one line, exit code 2."""
-
-
-def mask_url(url: str) -> str:
-    """*url* with its password replaced by ``***`` (any scheme: SQL, Redis)."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except sa_exc.ArgumentError:  # not URL-shaped: mask what looks like user:password@
-        return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", url)
 
 
 def one_line(exc: BaseException) -> str:
@@ -72,21 +63,32 @@ def check_redis_url(url: str) -> None:
     try:
         parse_url(url)  # type: ignore[no-untyped-call]
     except ValueError as exc:
-        raise InputError(f"--redis {mask_url(url)!r} is not a Redis URL: {exc}") from None
+        raise InputError(f"--redis {redact_url(url)!r} is not a Redis URL: {exc}") from None
 
 
-def check_sqlite_dir(db: str | Path) -> None:
-    """:raises InputError: if *db* is a SQLite file in a directory that does not exist
+def check_database(db: str | Path) -> None:
+    """Check ``--db`` before anything connects: a URL that parses, a known dialect with an
+    async driver that is installed, and for a SQLite file, a directory that exists.
 
-    Checked before connecting: aiosqlite reports a failed open from its worker thread after
-    the event loop may have closed, as a traceback of its own.
+    Checked first: aiosqlite reports a failed open from its worker thread after the event loop
+    may have closed, as a traceback of its own.
+
+    :raises InputError: for a value that is not a database URL or path, a sync or missing
+        driver, or a SQLite file in a directory that does not exist
+    :raises sqlalchemy.exc.NoSuchModuleError: for an unknown dialect (:func:`run_cli` makes
+        it one line)
     """
-    url = make_url(database_url(db))
+    try:
+        url = database_url(db)
+        url.get_dialect()  # an unknown dialect: SQLAlchemy's own error, one line in run_cli
+        make_engine(url)  # builds, connects nothing: a sync or missing driver is refused here
+    except ValueError as exc:  # the message names the URL, its password masked
+        raise InputError(f"--db {exc}") from None
     if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
         folder = Path(url.database or "").parent
         if not folder.is_dir():
             raise InputError(
-                f"--db {mask_url(str(db))!r}: the directory {str(folder)!r} does not exist; "
+                f"--db {redact_url(str(db))!r}: the directory {str(folder)!r} does not exist; "
                 "create it first"
             )
 
@@ -94,11 +96,9 @@ def check_sqlite_dir(db: str | Path) -> None:
 async def check_reachable(db: str | Path, redis_url: str | None) -> None:
     """Open the database and ping Redis, so that a bad ``--db`` or ``--redis`` fails in one
     line before a server starts (an error in an ASGI lifespan is printed as a traceback)."""
-    from sqlalchemy.ext.asyncio import create_async_engine
-
     from .backends.redis import connect
 
-    engine = create_async_engine(database_url(db))
+    engine = make_engine(db)
     try:
         async with engine.connect():
             pass
@@ -138,12 +138,12 @@ def run_cli(body: Callable[[], int], *, db: str | Path | None, redis_url: str | 
     except (InputError, AdminTokenError) as exc:
         return _fail(str(exc), EXIT_USAGE)
     except RedisError as exc:
-        where = "Redis" if redis_url is None else f"Redis at {mask_url(redis_url)}"
+        where = "Redis" if redis_url is None else f"Redis at {redact_url(redis_url)}"
         return _fail(f"{where} failed: {one_line(exc)}", EXIT_FAILED)
     except _UNUSABLE_DB as exc:
         return _fail(f"--db {_masked_db(db)!r} cannot be used: {one_line(exc)}", EXIT_USAGE)
     except (sa_exc.SQLAlchemyError, OSError) as exc:
-        name = "" if db is None else f" {mask_url(database_url(db))}"
+        name = "" if db is None else f" {_shown_db(db)}"
         return _fail(f"the database{name} failed: {one_line(exc)}", EXIT_FAILED)
     except KeyboardInterrupt:  # before the demo's own handler is in place: quietly
         return 128 + 2
@@ -190,7 +190,7 @@ def _serve(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
     if args.redis is not None:
         overrides["redis_url"] = args.redis
     config = WebConfig.from_env(**overrides)
-    check_sqlite_dir(config.db)
+    check_database(config.db)
     if config.redis_url is not None:
         check_redis_url(config.redis_url)
     anyio.run(check_reachable, config.db, config.redis_url, backend="asyncio")
@@ -216,7 +216,15 @@ def _sole_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
 
 
 def _masked_db(db: str | Path | None) -> str:
-    return "" if db is None else mask_url(str(db))
+    return "" if db is None else redact_url(str(db))
+
+
+def _shown_db(db: str | Path) -> str:
+    """The database *db* names, as a URL with its password masked."""
+    try:
+        return redact_url(database_url(db))
+    except ValueError:  # not a database: shown as given, masked
+        return redact_url(str(db))
 
 
 def _fail(message: str, code: int) -> int:

@@ -10,6 +10,7 @@ import unicodedata
 from collections.abc import Collection
 from urllib.parse import urlsplit
 
+from ._public import shown_as_domain
 from .exceptions import InvalidAliasError, InvalidUrlError, ReservedAliasError
 
 __all__ = [
@@ -216,3 +217,6 @@ def validate_alias(alias: str, reserved: Collection[str] = DEFAULT_RESERVED) -> 
     if alias.lower() in {r.lower() for r in reserved}:
         raise ReservedAliasError(alias)
     return alias
+
+
+shown_as_domain(new_code, validate_alias, validate_url)

@@ -49,26 +49,46 @@ class CounterStore(Protocol):
     * A store whose data can vanish under it (a Redis server restarted without persistence)
       detects it at the next ``record()`` or ``stage()`` and calls every ``on_loss()`` callback
       with a :class:`StoreLoss`; the counts of that call go on counting.
+    * ``aclose()`` releases what the store built, never a client it was given; the counts stay
+      where they are kept. (The stores of this package are also async context managers.)
     """
 
     buckets: int
 
     async def record(self, counter: str, hits: Sequence[Hit], *, dedupe_ttl: float) -> int:
-        """:return: how many of *hits* counted (were fresh)"""
+        """Count the fresh ones of *hits* into the pending buckets.
+
+        :return: how many of *hits* counted (were fresh)
+        """
         ...
 
     async def stage(self, counter: str, flush_id: str) -> int:
-        """:return: how many buckets were staged (0: nothing pending, or already staged)"""
+        """Move every pending bucket to staging keys of *flush_id*, atomically and once.
+
+        :return: how many buckets were staged (0: nothing pending, or already staged)
+        """
         ...
 
-    async def staged(self, counter: str) -> list[str]: ...
+    async def staged(self, counter: str) -> list[str]:
+        """The flush ids of *counter* staged and not yet dropped, sorted."""
+        ...
 
-    async def read_staged(self, counter: str, flush_id: str) -> dict[str, int]: ...
+    async def read_staged(self, counter: str, flush_id: str) -> dict[str, int]:
+        """The counts staged under *flush_id*, by item."""
+        ...
 
-    async def drop_staged(self, counter: str, flush_id: str) -> None: ...
+    async def drop_staged(self, counter: str, flush_id: str) -> None:
+        """Forget the counts staged under *flush_id* (they are in SQL)."""
+        ...
 
-    async def pending(self, counter: str) -> dict[str, int]: ...
+    async def pending(self, counter: str) -> dict[str, int]:
+        """The counts of *counter* not yet staged, by item."""
+        ...
 
     def on_loss(self, callback: Callable[[StoreLoss], None]) -> None:
         """Call *callback* with each loss of stored counts detected from now on."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what the store built (never a client it was given)."""
         ...

@@ -15,16 +15,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from eventbus import EventBus, MemoryFailureStore
 from eventbus.abc import FailureStore
-from eventbus.backends.sql import SqlFailureStore
+from eventbus.backends.sql import SqlFailureStore, make_engine
 from scheduler import LocalLock, MemoryRunStore, RunContext, Scheduler
 from scheduler.abc import Lock, RunStore
 from scheduler.backends.sql import SqlRunStore
 
+from ._public import shown_as_domain
 from .abc import CounterStore
 from .backends.memory import MemoryCounterStore
 from .db import create_tables
@@ -158,6 +158,12 @@ class App:
         assert stack is not None, "App.__aexit__ without __aenter__"
         return await stack.__aexit__(exc_type, exc_val, tb)
 
+    async def aclose(self) -> None:
+        """Stop as leaving ``async with`` would (scheduler, bus, view window, a last flush);
+        nothing when it is not running. Call it from the task that entered."""
+        if self._stack is not None:
+            await self.__aexit__(None, None, None)
+
     async def _final_flush(self) -> None:
         await self.views.flush()
         await self.links.flush_clicks()
@@ -171,17 +177,19 @@ class App:
         redis_url: str | None = None,
         **options: Any,
     ) -> AsyncIterator[App]:
-        """Build and run an app on *db* (a SQLite file path, or a SQLAlchemy async URL); with
-        *redis_url*, counters and locks in Redis.
+        """Build and run an app on *db* (a SQLite file path, or a SQLAlchemy async URL: see
+        :func:`eventbus.backends.sql.database_url`); with *redis_url*, counters and locks in
+        Redis.
 
-        The failure table (``SqlFailureStore``) and the run table (``SqlRunStore``) live in the
-        same database. Owns (and closes) the engine and the Redis clients it builds. With Redis, it
-        warns once at start when the server can lose data (see
-        :func:`~domain.backends.redis.check_redis_durability`).
+        The engine comes from :func:`eventbus.backends.sql.make_engine` (SQLite: WAL, and a
+        writer waits up to 5 s for another's lock). The failure table (``SqlFailureStore``) and
+        the run table (``SqlRunStore``) live in the same database. Owns (and closes) the engine
+        and the Redis clients it builds. With Redis, it warns once at start when the server can
+        lose data (see :func:`~domain.backends.redis.check_redis_durability`).
+
+        :raises ValueError: if *db* names no usable database (see ``make_engine``)
         """
-        engine = create_async_engine(database_url(db))
-        if engine.dialect.name == "sqlite":
-            event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        engine = make_engine(db, busy_timeout=5.0)
         async with AsyncExitStack() as stack:
             stack.push_async_callback(engine.dispose)
             counters: CounterStore = MemoryCounterStore()
@@ -191,8 +199,9 @@ class App:
 
                 from .backends.redis import RedisCounterStore, check_redis_durability, connect
 
-                # two clients, each configured for its job: counters never retry (a retried
-                # batch could count twice), locks retry only a ConnectionError
+                # two clients, each configured for its job; neither resends a command whose
+                # reply was lost (a resent batch could count twice, a resent SET NX could find
+                # its own lock taken): RedisLock resends only what is safe, and settles the rest
                 counter_client = connect(redis_url)
                 stack.push_async_callback(counter_client.aclose)
                 await check_redis_durability(counter_client)  # and fail early if unreachable
@@ -212,18 +221,4 @@ class App:
                 yield app
 
 
-def database_url(db: str | Path) -> str:
-    """A SQLAlchemy URL (it has ``://``) as given, else the SQLite file at that path.
-
-    The one place where the domain reads a ``--db``/``EVENTBUS_WEB_DB`` value.
-    """
-    text = str(db)
-    return text if "://" in text else f"sqlite+aiosqlite:///{text}"
-
-
-def _sqlite_pragmas(dbapi_conn: Any, record: Any) -> None:
-    """WAL lets readers run beside the one writer; a busy timeout makes writers queue."""
-    cursor = dbapi_conn.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=5000")
-    cursor.close()
+shown_as_domain(App, Schedules)

@@ -37,9 +37,9 @@ from .exceptions import DomainError
 
 __all__ = ["ArticlesPage", "ConsoleMount", "LinksPage", "domain_console", "domain_pages"]
 
-TEMPLATES = ("domain", "console_templates")
-MAX_LINKS = 200
-MAX_EXPIRY_DAYS = 3650
+_TEMPLATES = ("domain", "console_templates")
+_MAX_LINKS = 200
+_MAX_EXPIRY_DAYS = 3650
 
 
 class LinksPage:
@@ -50,7 +50,7 @@ class LinksPage:
 
     slug = "links"
     title = "Short links"
-    templates: tuple[str, str] | None = TEMPLATES
+    templates: tuple[str, str] | None = _TEMPLATES
 
     def __init__(self, app: App, *, public_url: str | None = None) -> None:
         self.app = app
@@ -77,7 +77,7 @@ class LinksPage:
 
     async def index(self, request: PageRequest) -> Response:
         t = short_links
-        query = select(t).order_by(t.c.created_at.desc(), t.c.code).limit(MAX_LINKS)
+        query = select(t).order_by(t.c.created_at.desc(), t.c.code).limit(_MAX_LINKS)
         async with self.app.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         counter = self.app.links.clicks
@@ -97,7 +97,7 @@ class LinksPage:
             }
             for r in rows
         ]
-        return request.render("domain_links.html", links=links, max_links=MAX_LINKS)
+        return request.render("domain_links.html", links=links, max_links=_MAX_LINKS)
 
     async def create(self, request: PageRequest) -> Done:
         url = request.field("url", max_length=4096)
@@ -126,7 +126,7 @@ class ArticlesPage:
 
     slug = "articles"
     title = "Articles"
-    templates: tuple[str, str] | None = TEMPLATES
+    templates: tuple[str, str] | None = _TEMPLATES
 
     def __init__(self, app: App) -> None:
         self.app = app

@@ -50,6 +50,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from eventbus import EventBus
 
+from ._public import shown_as_domain
 from .abc import CounterStore, Hit, StoreLoss
 from .db import flush_ledger
 from .events import CountsLost
@@ -310,6 +311,12 @@ class Counter:
             await self._send(keep=False)
         return None
 
+    async def aclose(self) -> None:
+        """Leave ``async with`` (send what is buffered, stop the window); nothing when not in
+        it. Call it from the task that entered: the window's task group lives there."""
+        if self._tg is not None:
+            await self.__aexit__(None, None, None)
+
     # -- flush to SQL ---------------------------------------------------------------------------
 
     async def flush(self) -> FlushReport:
@@ -378,3 +385,6 @@ class Counter:
                 )
             )
         return int(result.rowcount)
+
+
+shown_as_domain(Counter, CounterStatistics, FlushReport)

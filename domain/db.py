@@ -3,32 +3,25 @@
 Portable types only (text, integers, aware timestamps stored as UTC); SQLite (aiosqlite) is
 the embedded default and PostgreSQL (asyncpg) the one for several replicas. Dialect-specific
 constructs are picked by ``engine.dialect.name`` here, so the services stay portable.
+
+Timestamps use the shared :class:`eventbus.backends.sql.UTCDateTime` with ``timezone=False``:
+naive UTC on every database (``timestamp without time zone`` on PostgreSQL), the columns the
+domain's tables have had from the start.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import (
-    BigInteger,
-    Column,
-    DateTime,
-    Dialect,
-    Index,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
-    TypeDecorator,
-    text,
-)
+from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, String, Table, Text, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from eventbus.backends.sql import UTCDateTime
+
+from ._public import shown_as_domain
+
 __all__ = [
-    "UTCDateTime",
     "article_view_history",
     "articles",
     "create_tables",
@@ -42,26 +35,6 @@ __all__ = [
 ]
 
 
-class UTCDateTime(TypeDecorator[datetime]):
-    """An aware timestamp stored as naive UTC, so that SQLite compares it correctly in SQL.
-
-    :raises ValueError: when given a naive datetime (its time zone would be a guess)
-    """
-
-    impl = DateTime
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError(f"naive datetime {value!r}; pass an aware one (tzinfo=UTC)")
-        return value.astimezone(UTC).replace(tzinfo=None)
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        return None if value is None else value.replace(tzinfo=UTC)
-
-
 metadata = MetaData()
 
 articles = Table(
@@ -71,7 +44,7 @@ articles = Table(
     Column("title", Text, nullable=False),
     Column("status", String(16), nullable=False, server_default="draft"),
     Column("view_count", BigInteger, nullable=False, server_default="0"),
-    Column("published_at", UTCDateTime, nullable=True),
+    Column("published_at", UTCDateTime(timezone=False), nullable=True),
 )
 
 short_links = Table(
@@ -81,8 +54,8 @@ short_links = Table(
     Column("url", Text, nullable=False),
     Column("is_alias", Integer, nullable=False, server_default="0"),
     Column("clicks", BigInteger, nullable=False, server_default="0"),
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("expires_at", UTCDateTime, nullable=True),
+    Column("created_at", UTCDateTime(timezone=False), nullable=False),
+    Column("expires_at", UTCDateTime(timezone=False), nullable=True),
 )
 
 # Every code in use has a row here (pool codes and aliases alike), so the unique index on
@@ -93,8 +66,8 @@ shortlink_pool = Table(
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("code", String(64), nullable=False),
     Column("status", String(16), nullable=False),  # idle | claimed | alias
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("claimed_at", UTCDateTime, nullable=True),
+    Column("created_at", UTCDateTime(timezone=False), nullable=False),
+    Column("claimed_at", UTCDateTime(timezone=False), nullable=True),
     Index("ux_shortlink_pool_code", "code", unique=True),
     Index("ix_shortlink_pool_status", "status"),
 )
@@ -105,10 +78,10 @@ schedule_records = Table(
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("target_id", Integer, nullable=False),
     Column("type", String(32), nullable=False),
-    Column("execution_time", UTCDateTime, nullable=False),
+    Column("execution_time", UTCDateTime(timezone=False), nullable=False),
     Column("status", String(16), nullable=False),  # pending | done | cancelled
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
+    Column("created_at", UTCDateTime(timezone=False), nullable=False),
+    Column("updated_at", UTCDateTime(timezone=False), nullable=False),
     Index("ix_schedule_records_execution_time", "execution_time"),
     # At most one pending record per target and type: rescheduling updates it (upsert).
     Index(
@@ -130,7 +103,7 @@ flush_ledger = Table(
     Column("counter", String(64), nullable=False),
     Column("items", Integer, nullable=False),
     Column("total", BigInteger, nullable=False),
-    Column("applied_at", UTCDateTime, nullable=False),
+    Column("applied_at", UTCDateTime(timezone=False), nullable=False),
 )
 
 # Samples of ``articles.view_count`` taken after each views flush that changed it, for the
@@ -140,7 +113,7 @@ article_view_history = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("article_id", Integer, nullable=False),
-    Column("at", UTCDateTime, nullable=False),
+    Column("at", UTCDateTime(timezone=False), nullable=False),
     Column("view_count", BigInteger, nullable=False),
     Index("ix_article_view_history_article_at", "article_id", "at"),
 )
@@ -182,3 +155,6 @@ def upsert(
     return stmt.on_conflict_do_update(
         index_elements=index_elements, index_where=index_where, set_=update
     )
+
+
+shown_as_domain(create_tables)

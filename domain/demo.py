@@ -27,8 +27,9 @@ from anyio import CancelScope
 from sqlalchemy import func, insert, select
 
 from eventbus import FailureRecord
+from eventbus.backends.sql import redact_url
 
-from ._cli import InputError, check_redis_url, check_sqlite_dir, mask_url, run_cli
+from ._cli import InputError, check_database, check_redis_url, run_cli
 from .app import App, Schedules
 from .db import articles, short_links
 from .events import ArticleViewed, OrderPaid, UserRegistered
@@ -69,7 +70,7 @@ async def run_demo(
             await app.links.flush_clicks()
             await app.bus.failures.flush()
             await _summary(app)
-    print(f"\ndemo finished in {time.monotonic() - started:.1f} s; database: {mask_url(str(db))}")
+    print(f"\ndemo finished in {time.monotonic() - started:.1f} s; database: {redact_url(str(db))}")
     return stopped_by[0] if stopped_by else None
 
 
@@ -230,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     if args.db is not None:
-        check_sqlite_dir(args.db)
+        check_database(args.db)
     if args.redis is not None:
         check_redis_url(args.redis)
     demo = functools.partial(run_demo, redis_url=args.redis, seconds=args.seconds)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from ._public import shown_as_domain
+
 __all__ = [
     "AdminTokenError",
     "AliasTakenError",
@@ -50,6 +52,8 @@ class AdminTokenError(DomainError, ValueError):
 
 
 class InvalidUrlError(DomainError, ValueError):
+    """A target URL that ``ShortLinks.create`` refuses (not an absolute http(s) URL)."""
+
     def __init__(self, url: str, reason: str) -> None:
         shown = url if len(url) <= 80 else url[:77] + "..."
         super().__init__(f"target URL {shown!r} is refused: {reason}")
@@ -58,6 +62,8 @@ class InvalidUrlError(DomainError, ValueError):
 
 
 class InvalidAliasError(DomainError, ValueError):
+    """An alias of the wrong length, or with characters outside ``[A-Za-z0-9_-]``."""
+
     def __init__(self, alias: str, reason: str) -> None:
         super().__init__(f"alias {alias!r} is invalid: {reason}")
         self.alias = alias
@@ -65,17 +71,23 @@ class InvalidAliasError(DomainError, ValueError):
 
 
 class ReservedAliasError(InvalidAliasError):
+    """An alias on the reserved list (a route of the site)."""
+
     def __init__(self, alias: str) -> None:
         super().__init__(alias, "it is a reserved word (a route of the site); choose another")
 
 
 class AliasTakenError(DomainError, ValueError):
+    """An alias (or code) already in use."""
+
     def __init__(self, alias: str) -> None:
         super().__init__(f"alias {alias!r} is already taken; choose another or omit alias=")
         self.alias = alias
 
 
 class CodeSpaceExhaustedError(DomainError, RuntimeError):
+    """The pool was empty and the fallback found no free code."""
+
     def __init__(self, attempts: int) -> None:
         super().__init__(
             f"no free short code after {attempts} attempts with an empty pool; "
@@ -85,6 +97,8 @@ class CodeSpaceExhaustedError(DomainError, RuntimeError):
 
 
 class ScheduleTimeError(DomainError, ValueError):
+    """A publication time in the past, or less than ``min_lead`` ahead."""
+
     def __init__(self, at: datetime, now: datetime, min_lead: timedelta) -> None:
         when = "in the past" if at <= now else f"less than {min_lead} ahead"
         super().__init__(
@@ -96,12 +110,30 @@ class ScheduleTimeError(DomainError, ValueError):
 
 
 class ArticleNotFoundError(DomainError, LookupError):
+    """No article with that id."""
+
     def __init__(self, article_id: int) -> None:
         super().__init__(f"no article with id {article_id!r}; create it before scheduling it")
         self.article_id = article_id
 
 
 class MailDeliveryError(DomainError, OSError):
+    """The example welcome mail bounced (on purpose, for ``bounce.invalid`` addresses)."""
+
     def __init__(self, email: str) -> None:
         super().__init__(f"mail server refused the welcome message to {email!r}; retry later")
         self.email = email
+
+
+shown_as_domain(
+    AdminTokenError,
+    AliasTakenError,
+    ArticleNotFoundError,
+    CodeSpaceExhaustedError,
+    DomainError,
+    InvalidAliasError,
+    InvalidUrlError,
+    MailDeliveryError,
+    ReservedAliasError,
+    ScheduleTimeError,
+)

@@ -16,6 +16,7 @@ from anyio.lowlevel import checkpoint
 
 from eventbus import Event, EventBus, encode_payload
 
+from ._public import shown_as_domain
 from .events import OrderPaid, UserRegistered
 from .exceptions import MailDeliveryError
 
@@ -66,3 +67,6 @@ class ExampleListeners:
         if event.email.endswith("@" + BOUNCING_DOMAIN):
             raise MailDeliveryError(event.email)
         self.welcomed.append(event.email)
+
+
+shown_as_domain(ExampleListeners)

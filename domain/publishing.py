@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from eventbus import EventBus
 
+from ._public import shown_as_domain
 from .db import articles, schedule_records, upsert
 from .events import ArticlePublished
 from .exceptions import ArticleNotFoundError, ScheduleTimeError
@@ -170,3 +171,6 @@ class Publisher:
             for article_id in ids:
                 self.bus.emit(ArticlePublished(article_id=article_id, published_at=now))
         return len(targets), ids
+
+
+shown_as_domain(Publisher)

@@ -28,14 +28,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from eventbus import EventBus
 
+from ._public import shown_as_domain
 from ._shortlink_rules import (
     DEFAULT_RESERVED,
     MAX_URL_LENGTH,
     could_be_code,
     new_code,
     validate_alias,
+    validate_url,
 )
-from ._shortlink_rules import validate_url as validate_url
 from .abc import CounterStore
 from .counters import Counter, FlushReport
 from .db import insert_ignore, short_links, shortlink_pool
@@ -160,10 +161,11 @@ class ShortLinks:
             if idle >= target:
                 break
             now = self.clock()
-            rows = [
-                {"code": self.code_factory(), "status": "idle", "created_at": now}
-                for _ in range(min(self.batch, target - idle))
-            ]
+            # Sorted: each insert locks its index entry until the commit, so two replicas
+            # inserting the same codes in different orders could each wait for the other
+            # (PostgreSQL: "deadlock detected"); in one order, the second one just waits.
+            codes = sorted({self.code_factory() for _ in range(min(self.batch, target - idle))})
+            rows = [{"code": code, "status": "idle", "created_at": now} for code in codes]
             async with self.engine.begin() as conn:
                 await conn.execute(stmt, rows)
             idle = await self.idle_codes()
@@ -315,3 +317,6 @@ class ShortLinks:
             query = query.where(short_links.c.code.in_(codes))
         async with self.engine.connect() as conn:
             return {r.code: int(r.clicks) for r in (await conn.execute(query)).all()}
+
+
+shown_as_domain(Resolution, ShortLink, ShortLinks)

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from eventbus import EventBus
 
+from ._public import shown_as_domain
 from .abc import CounterStore
 from .counters import Counter, CounterStatistics, FlushReport
 from .db import articles
@@ -115,6 +116,10 @@ class ArticleViews:
     ) -> bool | None:
         return await self.counter.__aexit__(exc_type, exc_val, tb)
 
+    async def aclose(self) -> None:
+        """Leave ``async with``: the views buffered for the window go to the store."""
+        await self.counter.aclose()
+
 
 def _check_viewer(viewer_key: str) -> None:
     if not viewer_key or "\t" in viewer_key or "\n" in viewer_key:
@@ -122,3 +127,6 @@ def _check_viewer(viewer_key: str) -> None:
             f"viewer_key={viewer_key!r} must be a non-empty string without tabs or newlines; "
             "pass a user id or a hash of the client's address and agent"
         )
+
+
+shown_as_domain(ArticleViews)

@@ -24,7 +24,7 @@ from .listeners import BOUNCING_DOMAIN
 
 __all__ = ["seed", "serve_demo"]
 
-ARTICLES = {
+_ARTICLES = {
     1: "Why 302 and not 301",
     2: "Counting views exactly once",
     3: "Cron with seconds",
@@ -37,7 +37,7 @@ async def seed(app: App) -> None:
     async with app.engine.begin() as conn:
         if await conn.scalar(select(func.count()).select_from(articles)):
             return
-        await conn.execute(insert(articles), [{"id": i, "title": t} for i, t in ARTICLES.items()])
+        await conn.execute(insert(articles), [{"id": i, "title": t} for i, t in _ARTICLES.items()])
     for uid, email in enumerate(["ada@example.com", f"bob@{BOUNCING_DOMAIN}", "cy@example.com"]):
         app.bus.emit(UserRegistered(user_id=uid + 1, email=email))
     for oid, (uid, amount) in enumerate([(1, "19.90"), (2, "5.00"), (1, "42.00")]):

@@ -25,6 +25,8 @@ from ._bus import BusStatistics as BusStatistics
 from ._bus import EventBus as EventBus
 from ._codec import decode_payload as decode_payload
 from ._codec import encode_payload as encode_payload
+from ._emission import Emission as Emission
+from ._emission import current_emission as current_emission
 from ._events import Event as Event
 from ._events import EventRegistry as EventRegistry
 from ._events import default_registry as default_registry
@@ -40,9 +42,11 @@ from ._exceptions import ListenerErrors as ListenerErrors
 from ._exceptions import ListenerLookupError as ListenerLookupError
 from ._exceptions import ListenerShutdownError as ListenerShutdownError
 from ._exceptions import ListenerTimeoutError as ListenerTimeoutError
+from ._exceptions import MaxListenersExceededWarning as MaxListenersExceededWarning
 from ._exceptions import PayloadError as PayloadError
 from ._exceptions import RecursionLimitError as RecursionLimitError
 from ._exceptions import UnknownEventError as UnknownEventError
+from ._exceptions import WrongThreadError as WrongThreadError
 from ._failures import FailureRecord as FailureRecord
 from ._failures import FailureStatus as FailureStatus
 from ._listeners import ErrorPolicy as ErrorPolicy
@@ -51,6 +55,7 @@ from ._listeners import Outcome as Outcome
 from ._patterns import matches as matches
 from ._retry import RetryItem as RetryItem
 from ._retry import RetryReport as RetryReport
+from ._subscription import Subscription as Subscription
 from .backends.memory import MemoryFailureStore as MemoryFailureStore
 
 __all__ = [
@@ -59,6 +64,7 @@ __all__ = [
     "DuplicateEventError",
     "DuplicateListenerError",
     "DurableError",
+    "Emission",
     "ErrorPolicy",
     "Event",
     "EventBus",
@@ -68,18 +74,23 @@ __all__ = [
     "FailureStatus",
     "InvalidEventNameError",
     "InvalidPatternError",
+    "Listener",
     "ListenerDroppedError",
     "ListenerErrors",
     "ListenerLookupError",
     "ListenerShutdownError",
     "ListenerTimeoutError",
+    "MaxListenersExceededWarning",
     "MemoryFailureStore",
     "Outcome",
     "PayloadError",
     "RecursionLimitError",
     "RetryItem",
     "RetryReport",
+    "Subscription",
     "UnknownEventError",
+    "WrongThreadError",
+    "current_emission",
     "decode_payload",
     "default_registry",
     "encode_payload",

@@ -13,7 +13,9 @@ The bus owns parts that each keep their own state and know nothing of the bus:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar, Unpack, overload
 
 import anyio
@@ -21,7 +23,8 @@ from anyio.abc import TaskGroup
 
 from ._calls import checkpoint
 from ._compiler import DispatchCache, Runtime
-from ._emit_async import run_plan
+from ._emission import register_emit_frame
+from ._emit_async import new_emission, run_plan
 from ._events import Event, EventRegistry, coerce_event, default_registry
 from ._exceptions import DurableError, RecursionLimitError
 from ._failures import FailureRecord
@@ -36,10 +39,14 @@ from ._listeners import (
     R,
     TypedDecorator,
 )
-from ._nesting import Nesting
+from ._nesting import RUNNING, Nesting
+from ._observe import Observer
 from ._pool import WorkerPool
 from ._sink import FailureSink
-from ._table import ListenerTable, check_policy
+from ._subscription import Subscription
+from ._table import ListenerTable, check_max_listeners, check_policy
+from ._threads import LoopThread, get_ident
+from ._wait import wait_for
 from .backends.memory import MemoryFailureStore
 
 if TYPE_CHECKING:
@@ -47,6 +54,9 @@ if TYPE_CHECKING:
     from .abc import DurableTransport, FailureStore
 
 __all__ = ["BusStatistics", "EventBus"]
+
+#: The keyword options of on(), which subscribed() takes too.
+ON_OPTIONS = ListenerOptions.__required_keys__ | ListenerOptions.__optional_keys__
 
 #: a durable listener as given (it may take ``tx``), returned unchanged by ``on()``
 F = TypeVar("F", bound=Callable[..., Any])
@@ -80,6 +90,8 @@ class EventBus:
     :param on_failure: a sync callable given each new :class:`FailureRecord` (for alerting);
         its own exceptions are logged, never raised, and failures it causes (it emits, say)
         are recorded without calling it again
+    :param max_listeners: more listeners than this on one event name or pattern issue a
+        :class:`MaxListenersExceededWarning` (once, naming it); 0 turns the check off
     :param durable: a transport for durable events across processes (e.g.
         :class:`eventbus.durable.RedisStreams`): enables :meth:`publish` and
         ``on(..., durable=True)``; it runs in the bus's task group, its dead deliveries go to
@@ -93,10 +105,12 @@ class EventBus:
         "_dispatch",
         "_durable",
         "_host",
+        "_loop",
         "_nesting",
         "_pool",
         "_sink",
         "_table",
+        "_thread",
         "queue_size",
         "shutdown_grace",
         "workers",
@@ -114,6 +128,7 @@ class EventBus:
         max_depth: int = 32,
         retry_backoff: float = 0.1,
         on_failure: Callable[[FailureRecord], None] | None = None,
+        max_listeners: int = 100,
         durable: DurableTransport | None = None,
     ) -> None:
         if queue_size < 0 or workers < 1 or max_depth < 1 or shutdown_grace < 0:
@@ -125,7 +140,9 @@ class EventBus:
         self.workers = workers
         self.shutdown_grace = shutdown_grace
         self._nesting = Nesting(max_depth)
-        self._table = ListenerTable(registry if registry is not None else default_registry)
+        self._table = ListenerTable(
+            registry if registry is not None else default_registry, max_listeners=max_listeners
+        )
         self._sink = FailureSink(failures if failures is not None else MemoryFailureStore())
         self._sink.hook = on_failure
         self._pool = WorkerPool(self._sink, self._nesting, backoff=retry_backoff)
@@ -135,6 +152,8 @@ class EventBus:
         # event type -> (what emit() calls, what it was compiled from): the hot path's dict
         self._dispatch = self._compiled.entries
         self._host = TaskGroupHost()
+        self._loop = LoopThread()
+        self._thread: int | None = None  # the running loop's thread: _loop.ident, for emit()
         self._durable = durable
         if durable is not None:
             self._bind_durable(durable)
@@ -171,6 +190,15 @@ class EventBus:
         if not isinstance(max_depth, int) or max_depth < 1:
             raise ValueError(f"max_depth={max_depth!r} must be an int >= 1")
         self._nesting.max_depth = max_depth
+
+    @property
+    def max_listeners(self) -> int:
+        """Listeners on one event name or pattern beyond which a warning is issued (0: off)."""
+        return self._table.max_listeners
+
+    @max_listeners.setter
+    def max_listeners(self, value: int) -> None:
+        self._table.max_listeners = check_max_listeners(value)
 
     @property
     def on_failure(self) -> Callable[[FailureRecord], object] | None:
@@ -258,6 +286,8 @@ class EventBus:
         timeout: float | None = None,
         retries: int = 0,
         errors: ErrorPolicy | None = None,
+        priority: int = 0,
+        times: int | None = None,
         durable: bool = False,
     ) -> Any:
         """Subscribe a listener to an event type, an event name or a wildcard pattern.
@@ -266,20 +296,35 @@ class EventBus:
         unchanged. Everything is validated before anything is registered.
 
         :param name: stable name for the failure table (default ``module:qualname``)
-        :param once: remove the listener after its first call
+        :param once: remove the listener after its first call (``times=1``)
         :param timeout: seconds after which an async listener is cancelled and a timeout recorded
         :param retries: extra attempts before a failure is recorded (recorded once)
         :param errors: this listener's policy; default: the bus's
+        :param priority: higher runs first (default 0); equal priorities run in subscription
+            order, exact and wildcard listeners alike
+        :param times: unsubscribe after this many calls (default: no limit)
         :param durable: deliver the published events of this durable type across processes,
             through a consumer group of its own (``service:name``; give a stable *name*); the
             listener may take ``tx``, an open connection whose writes happen once per event.
             The other options do not apply (retries follow ``DurableOptions``)
         :raises DuplicateListenerError: if another listener on this bus already has that name
+        :raises ValueError: naming the option, for a value out of range (``times=0``)
+        :raises TypeError: naming the option, for a value of the wrong type
         """
         if durable:
-            return durable_subscriber(self, event, listener, name, once, timeout, retries, errors)
+            return durable_subscriber(
+                self, event, listener, name, once or timeout is not None or bool(retries)
+                or errors is not None or priority != 0 or times is not None,
+            )  # fmt: skip
         subscribe = self._table.subscriber(
-            event, name=name, once=once, timeout=timeout, retries=retries, errors=errors
+            event,
+            name=name,
+            once=once,
+            timeout=timeout,
+            retries=retries,
+            errors=errors,
+            priority=priority,
+            times=times,
         )
         return subscribe if listener is None else subscribe(listener)
 
@@ -304,11 +349,73 @@ class EventBus:
         **options: Any,
     ) -> Any:
         """Like :meth:`on` with ``once=True``, as a decorator or a call."""
-        if "once" in options:
-            raise TypeError("once() got an unexpected keyword argument 'once'")
+        for option in ("once", "times"):
+            if option in options:
+                raise TypeError(f"once() got an unexpected keyword argument {option!r}")
         if listener is None:
             return self.on(event, once=True, **options)
         return self.on(event, listener, once=True, **options)
+
+    @overload
+    def subscribed(
+        self, event: type[E], listener: Callable[[E], Any], /, **options: Unpack[ListenerOptions]
+    ) -> Subscription: ...
+    @overload
+    def subscribed(
+        self, event: str, listener: Callable[[Event], Any], /, **options: Unpack[ListenerOptions]
+    ) -> Subscription: ...
+
+    def subscribed(
+        self, event: type[Event] | str, listener: Callable[[Any], Any], /, **options: Any
+    ) -> Subscription:
+        """``with bus.subscribed(E, fn):`` (or ``async with``): subscribed inside the block only.
+
+        The options are :meth:`on`'s, checked now; the listener is subscribed on entering the
+        block (``as`` gives its :class:`Listener`) and removed on leaving it, however it is left.
+        """
+        if not callable(listener):
+            raise TypeError(f"subscribed() needs a callable listener, got {listener!r}")
+        for option in options:
+            if option not in ON_OPTIONS:
+                raise TypeError(f"subscribed() got an unexpected keyword argument {option!r}")
+        return Subscription(self._table, self._table.binder(event, **options), listener)
+
+    @overload
+    async def wait_for(
+        self,
+        event: type[E],
+        /,
+        *,
+        where: Callable[[E], object] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109  (EventEmitter2's waitFor has one)
+    ) -> E: ...
+    @overload
+    async def wait_for(
+        self,
+        event: str,
+        /,
+        *,
+        where: Callable[[Event], object] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> Event: ...
+
+    async def wait_for(
+        self,
+        event: type[Event] | str,
+        /,
+        *,
+        where: Callable[[Any], object] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> Any:
+        """The first event matching *event* (a type, a name or a pattern) emitted after the call.
+
+        :param where: a predicate on the event; only events it accepts count (what it raises
+            is raised here, and the emit goes on)
+        :param timeout: seconds to wait at most (default: no limit)
+        :raises TimeoutError: naming the event, when *timeout* passes first
+        :raises UnknownEventError: for a name nobody declared
+        """
+        return await wait_for(self._table, event, where, timeout)
 
     def off(self, event: type[Event] | str, listener: Callable[..., Any] | str, /) -> None:
         """Unsubscribe by function or by listener name; an emit already running is unaffected.
@@ -336,7 +443,8 @@ class EventBus:
         :raises ListenerErrors: under ``errors="propagate"``, after every sync listener ran
         """
         # The hot path: a declared event at the top level (not nested in another emit, no
-        # async listener call in progress). Everything else takes _emit_checked.
+        # async listener call in progress), and no payload, from the running loop's thread
+        # (any thread while the bus does not run). Everything else takes _emit_checked.
         try:
             call, compiled = self._dispatch[type(event)]
         except KeyError:
@@ -344,55 +452,124 @@ class EventBus:
             # that the KeyError does not become the context of what a listener raises)
         else:
             nesting = self._nesting
-            if payload is None and not nesting.level:
-                nesting.level = 1
+            if payload is None and nesting.top is None:  # idle, and the bus does not run
+                nesting.top = event  # the emission, kept as its bare event until asked for
                 try:
                     if (value := call(event)) is not None:
                         compiled.returned(value)
                 except Exception as exc:
                     if compiled.single is None:
                         raise  # for the publisher: generated functions record their listeners'
-                    compiled.record(self._sink, event, exc)
+                    compiled.record(self._sink, nesting, exc)
                 finally:
-                    nesting.level = 0
+                    nesting.top = None
+                return None
+            # Idle while the bus runs: the same, from the loop's thread only. Written out
+            # twice so that a bus that does not run pays nothing for the thread check.
+            if payload is None and nesting.top is RUNNING and self._thread == get_ident():
+                nesting.top = event
+                try:
+                    if (value := call(event)) is not None:
+                        compiled.returned(value)
+                except Exception as exc:
+                    if compiled.single is None:
+                        raise
+                    compiled.record(self._sink, nesting, exc)
+                finally:
+                    nesting.top = RUNNING
                 return None
         return self._emit_checked(event, payload)
 
     def _emit_checked(self, event: Event | str, payload: Mapping[str, Any] | None) -> None:
-        """``emit()`` with every check: coercion, compiling, and the depth limit."""
+        """``emit()`` with every check: the thread, coercion, compiling, the depth limit, the
+        cause."""
+        if self._thread is not None:
+            self._loop.check("emit", _name_of(event))
         event = coerce_event(self.registry, event, payload)
         call, compiled = self._compiled.get(type(event))
         nesting = self._nesting
-        if nesting.depth() >= nesting.max_depth:
+        cause = nesting.current()
+        if cause is not None and cause.depth >= nesting.max_depth:
             raise RecursionLimitError(event.__event_name__, nesting.max_depth)
-        nesting.level += 1
+        saved = nesting.top  # read after current(), which may have made the cause's Emission
+        nesting.top = event if cause is None else cause.child(event)
         try:  # as in emit()
             if (value := call(event)) is not None:
                 compiled.returned(value)
         except Exception as exc:
             if compiled.single is None:
                 raise
-            compiled.record(self._sink, event, exc)
+            compiled.record(self._sink, nesting, exc)
         finally:
-            nesting.level -= 1
+            nesting.top = saved
+
+    def _observe(self, observer: Observer | None) -> None:
+        """Attach instrumentation (see :mod:`eventbus._observe`), or detach it with ``None``."""
+        previous = self._compiled.observer
+        if previous is not None:
+            self._sink.observers.remove(previous.failed)
+        self._compiled.observer = observer
+        self._table.wrap = None if observer is None else observer.listener
+        for sub in self._table:
+            sub.call = sub.fn if observer is None else observer.listener(sub)
+        if observer is not None:
+            self._sink.observers.append(observer.failed)
+        self._table.invalidate()  # recompiled with the listeners' new calls, and wrapped
 
     def _dispatch_source(self, event: type[Event]) -> str | None:
         """The generated source ``emit()`` runs for *event* (``None``: it calls one listener)."""
         return self._compiled.get(event)[1].source
 
     async def emit_async(
-        self, event: Event | str, payload: Mapping[str, Any] | None = None, /
+        self,
+        event: Event | str,
+        payload: Mapping[str, Any] | None = None,
+        /,
+        *,
+        concurrent: bool = True,
     ) -> list[Outcome]:
         """Run every matching listener (async ones concurrently) and wait for all of them.
 
-        :return: one :class:`Outcome` per listener, in subscription order
+        :param concurrent: false: await the listeners one after another, in order (a failure
+            does not stop the rest), as blinker's ``send_async`` does
+        :return: one :class:`Outcome` per listener, in call order
         :raises ListenerErrors: under ``errors="propagate"``, after every listener finished
         """
         await checkpoint()
+        if self._thread is not None:
+            self._loop.check("emit_async", _name_of(event))
         if payload is not None or not isinstance(event, Event):
             event = coerce_event(self.registry, event, payload)
         plan = self._table.plan(type(event))
-        return await run_plan(plan, event, self._compiled.runtime, self._compiled.policy)
+        runtime, policy = self._compiled.runtime, self._compiled.policy
+        if concurrent is not True and concurrent is not False:
+            raise TypeError(f"concurrent={concurrent!r} must be True or False")
+        observer = self._compiled.observer
+        if observer is None:
+            return await run_plan(plan, event, runtime, policy, concurrent)
+        emission = new_emission(runtime, event)
+        return await observer.emit_async(
+            plan,
+            emission,
+            functools.partial(run_plan, plan, event, runtime, policy, concurrent, emission),
+        )
+
+    def emit_threadsafe(
+        self, event: Event | str, payload: Mapping[str, Any] | None = None, /
+    ) -> Future[list[Outcome]]:
+        """From another thread: run ``emit_async(event)`` in the running bus's event loop.
+
+        For sync code in worker threads (``anyio.to_thread``, a thread pool). The event is
+        checked in the calling thread; the returned future gives the outcomes, or what
+        ``emit_async()`` raised (a ``ListenerErrors`` group under ``propagate``). Cancelling
+        the future cancels the emit.
+
+        :raises BusNotRunningError: if the bus is not running (or closed): nothing was emitted
+        :raises WrongThreadError: if called from the bus's own event loop thread
+        """
+        event = coerce_event(self.registry, event, payload)
+        self._table.pattern_of(type(event))  # UnknownEventError here, in the caller's thread
+        return self._loop.submit(self.emit_async, event, event.__event_name__)
 
     async def publish(
         self,
@@ -455,12 +632,18 @@ class EventBus:
         listener: str | None = None,
         limit: int | None = None,
         max_attempts: int = 5,
+        correlation: str | None = None,
     ) -> RetryReport:
         """Re-run pending failures from the store; see :func:`eventbus._retry.retry_failures`."""
         from ._retry import retry_failures
 
         return await retry_failures(
-            self, event=event, listener=listener, limit=limit, max_attempts=max_attempts
+            self,
+            event=event,
+            listener=listener,
+            limit=limit,
+            max_attempts=max_attempts,
+            correlation=correlation,
         )
 
     def statistics(self) -> BusStatistics:
@@ -485,13 +668,15 @@ class EventBus:
     async def _start(self, tg: TaskGroup) -> None:
         await self.failures.start(tg)
         self._pool.start(tg, size=self.queue_size, workers=self.workers)
+        self._loop.open(tg)
+        self._thread = self._loop.ident
+        self._nesting.running(True)
         if self._durable is not None:
             try:
                 await self._durable.start(tg)
-            except BaseException:  # refused (an evicting Redis, say): undo the pool's start
+            except BaseException:  # refused (an evicting Redis, say): undo what started
                 with anyio.CancelScope(shield=True):
-                    await self._pool.drain(0)
-                self._pool.stopped()
+                    await self._drain()
                 raise
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -501,11 +686,15 @@ class EventBus:
         try:
             if self._durable is not None:  # first: its dead deliveries go to the store
                 await self._durable.aclose()
+            await self._loop.close(self.shutdown_grace)  # calls from threads finish first
             await self._pool.drain(self.shutdown_grace)
             self._sink.close()
             await self.failures.aclose()
         finally:
             self._pool.stopped()
+            self._loop.forget()
+            self._thread = None
+            self._nesting.running(False)
 
     async def aclose(self) -> None:
         """Leave the running state as ``async with`` would, draining with the grace period.
@@ -517,15 +706,24 @@ class EventBus:
             await self.__aexit__(None, None, None)
 
 
+def _name_of(event: object) -> str:
+    """The event name an error message shows for what ``emit()`` was given."""
+    if isinstance(event, str):
+        return event
+    return getattr(event, "__event_name__", None) or type(event).__name__
+
+
+# current_emission() finds a sync listener's emission by these frames on the stack.
+register_emit_frame(EventBus.emit.__code__)
+register_emit_frame(EventBus._emit_checked.__code__)
+
+
 def durable_subscriber(
     bus: EventBus,
     event: type[Event] | str,
     listener: Callable[..., Any] | None,
     name: str | None,
-    once: bool,
-    timeout: float | None,
-    retries: int,
-    errors: ErrorPolicy | None,
+    other_options: bool,
 ) -> Any:
     """``on(event, durable=True)``: checked now, handed to the durable transport."""
     if isinstance(event, str):
@@ -533,12 +731,12 @@ def durable_subscriber(
             "on", event, "a durable listener subscribes to one event type, not a name or pattern"
         )
     transport = bus._durable_for("on", event)
-    if once or timeout is not None or retries or errors is not None:
+    if other_options:
         raise DurableError(
             "on",
             event.__event_name__,
-            "once=, timeout=, retries= and errors= do not apply to a durable listener "
-            "(deliveries are retried per DurableOptions, then dead-lettered)",
+            "once=, timeout=, retries=, errors=, priority= and times= do not apply to a durable "
+            "listener (deliveries are retried per DurableOptions, then dead-lettered)",
         )
     lname = name
     if lname is not None and bus.listener(lname) is not None:

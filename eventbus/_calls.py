@@ -6,6 +6,7 @@ that records what failed; the emit paths, the workers and retries from the table
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import math
 import sys
@@ -16,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.lowlevel
 
+from ._emission import Emission
 from ._events import Event
 from ._exceptions import ListenerTimeoutError
-from ._failures import FailureRecord, new_event_id
+from ._failures import FailureRecord
 from ._listeners import Listener, Outcome
 from ._sink import FailureSink, awaitable_error
 
@@ -26,8 +28,8 @@ if TYPE_CHECKING:
     from ._pool import QueuedCall
 
 __all__ = [
-    "Emission",
     "add_note_once",
+    "attempt",
     "backoff_delay",
     "call_async",
     "call_once",
@@ -39,23 +41,8 @@ __all__ = [
 
 MAX_BACKOFF = 30.0
 
-
-class Emission:
-    """One emit: its event, its depth, and an id made only if something needs it."""
-
-    __slots__ = ("_event_id", "depth", "event")
-
-    def __init__(self, event: Event, depth: int) -> None:
-        self.event = event
-        self.depth = depth
-        self._event_id: str | None = None
-
-    @property
-    def event_id(self) -> str:
-        """Shared by every failure of this emission; made by the first one."""
-        if self._event_id is None:
-            self._event_id = new_event_id()
-        return self._event_id
+#: Which attempt of a listener with ``retries=`` is running (1 otherwise), for instrumentation.
+attempt: contextvars.ContextVar[int] = contextvars.ContextVar("eventbus_attempt", default=1)
 
 
 def add_note_once(exc: BaseException, listener: str) -> None:
@@ -114,8 +101,9 @@ def call_sync(
     attempts = 0
     while True:
         attempts += 1
+        token = attempt.set(attempts) if sub.retries else None
         try:
-            value = sub.fn(emission.event)
+            value = sub.call(emission.event)
             if value is not None and inspect.isawaitable(value):
                 # Retrying cannot help: the listener is declared wrong, not failing.
                 attempts = sub.retries + 1
@@ -124,8 +112,11 @@ def call_sync(
         except Exception as exc:
             if attempts <= sub.retries:
                 continue
-            rec = sink.capture(emission.event, emission.event_id, sub.name, exc, attempts)
+            rec = sink.capture(emission, sub.name, exc, attempts)
             return exc, None, rec
+        finally:
+            if token is not None:
+                attempt.reset(token)
 
 
 async def call_async(
@@ -146,14 +137,15 @@ async def call_async(
         attempts += 1
         if job is not None:
             job.attempts = attempts
+        token = attempt.set(attempts) if sub.retries else None
         try:
             if sub.is_async:  # without a timeout, no _with_timeout coroutine in between
                 if sub.timeout is None:
-                    value = await sub.fn(emission.event)
+                    value = await sub.call(emission.event)
                 else:
                     value = await _with_timeout(sub, emission.event, sub.timeout)
             else:
-                value = sub.fn(emission.event)
+                value = sub.call(emission.event)
                 if value is not None and inspect.isawaitable(value):
                     value = await value
             return None, value, None
@@ -169,15 +161,18 @@ async def call_async(
             if attempts <= sub.retries:
                 await anyio.sleep(backoff_delay(backoff, attempts))
                 continue
-            rec = sink.capture(emission.event, emission.event_id, sub.name, exc, attempts)
+            rec = sink.capture(emission, sub.name, exc, attempts)
             return exc, None, rec
+        finally:
+            if token is not None:
+                attempt.reset(token)
 
 
 async def _with_timeout(sub: Listener, event: Event, limit: float) -> Any:
     """Await *sub*, cancelled after *limit* seconds (its ``timeout=``)."""
     with anyio.move_on_after(limit) as scope:
         try:
-            value = await sub.fn(event)
+            value = await sub.call(event)
         except Exception as exc:
             if scope.cancel_called:  # the listener turned our cancellation into an error
                 raise ListenerTimeoutError(sub.name, limit) from exc
@@ -193,12 +188,12 @@ async def call_once(sub: Listener, event: Event) -> Outcome:
     try:
         if sub.is_async:
             if sub.timeout is None:
-                value = await sub.fn(event)
+                value = await sub.call(event)
             else:
                 value = await _with_timeout(sub, event, sub.timeout)
         else:
             await checkpoint()
-            value = sub.fn(event)
+            value = sub.call(event)
             if value is not None and inspect.isawaitable(value):
                 value = await value
     except Exception as exc:

@@ -73,6 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     filters = argparse.ArgumentParser(add_help=False)
     filters.add_argument("--event", metavar="NAME", help="only this event name")
     filters.add_argument("--listener", metavar="NAME", help="only this listener name")
+    filters.add_argument(
+        "--correlation",
+        metavar="ID",
+        help="only failures of this correlation id (one chain of events; 'show' prints it)",
+    )
 
     p = sub.add_parser("list", parents=[common, filters], help="a table of failures, newest first")
     p.add_argument("--status", choices=[s.value for s in FailureStatus], help="only this status")
@@ -132,6 +137,7 @@ async def _list(args: argparse.Namespace) -> int:
             listener=args.listener,
             since=args.since,
             limit=args.limit,
+            correlation=args.correlation,
         )
     if args.json:
         _print_json([_as_dict(r) for r in records])
@@ -163,8 +169,11 @@ async def _list(args: argparse.Namespace) -> int:
 async def _show(args: argparse.Namespace) -> int:
     async with await _open(args.db) as store:
         rec = await _find(store, args.id)
+        chain = await _chain(store, rec)
     if args.json:
-        _print_json(_as_dict(rec))
+        _print_json(
+            {**_as_dict(rec), "chain": [{"event_id": i, "event_name": n} for i, n in chain]}
+        )
         return EXIT_OK
     at = "%Y-%m-%d %H:%M:%S.%f UTC"
     print(f"id:            {rec.id}")
@@ -178,6 +187,11 @@ async def _show(args: argparse.Namespace) -> int:
     if rec.note:
         print(f"note:          {rec.note}")
     print(f"error:         {rec.error_type}: {rec.message}")
+    if rec.correlation_id is not None:
+        print(f"correlation:   {rec.correlation_id}  (failures list --correlation ID)")
+        print("chain (first event first):")
+        for event_id, name in chain:
+            print(_indent(_chain_line(event_id, name, rec)))
     if rec.payload_ok:
         print("payload:")
         print(_indent(json.dumps(json.loads(rec.payload), indent=2, sort_keys=True)))
@@ -213,6 +227,7 @@ async def _retry(args: argparse.Namespace) -> int:
             listener=args.listener,
             limit=args.limit,
             max_attempts=args.max_attempts,
+            correlation=args.correlation,
         )
     status = EXIT_ERROR if report.failed or report.dead else EXIT_OK
     if args.json:
@@ -297,6 +312,36 @@ async def _find(store: SqlFailureStore, key: str) -> FailureRecord:
     if rec is None:
         raise _InputError(f"no failure with id {key!r}; 'failures list' shows the ids")
     return rec
+
+
+async def _chain(store: SqlFailureStore, rec: FailureRecord) -> list[tuple[str, str | None]]:
+    """``(event id, event name or None)`` from the chain's first event to *rec*'s, as far as
+    the failure table knows it: an event none of whose listeners failed left no row, so its
+    name is unknown, and what caused it is not known either (the first event's id is)."""
+    if rec.correlation_id is None:
+        return []
+    rows = await store.query(correlation=rec.correlation_id, limit=None)
+    names = {r.event_id: r for r in rows}
+    chain: list[tuple[str, str | None]] = [(rec.event_id, rec.event_name)]
+    cause = rec.causation_id
+    while cause is not None and len(chain) < 1000:
+        known = names.get(cause)
+        chain.append((cause, None if known is None else known.event_name))
+        if known is None:
+            if cause != rec.correlation_id:
+                chain.append(("…", None))
+                chain.append((rec.correlation_id, None))
+            break
+        cause = known.causation_id
+    return chain[::-1]
+
+
+def _chain_line(event_id: str, name: str | None, rec: FailureRecord) -> str:
+    if event_id == "…":
+        return "…  (not known: events between may have left no failure row)"
+    what = name or "(no failure recorded for this event: name not known)"
+    mark = "  <- this failure" if event_id == rec.event_id else ""
+    return f"{event_id}  {what}{mark}"
 
 
 _RELATIVE = re.compile(r"^(\d+)([smhd])$")

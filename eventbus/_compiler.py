@@ -3,11 +3,11 @@
 A :class:`~eventbus._table.Plan` says which listeners an event type reaches. :func:`compile_plan`
 turns it into the function ``emit()`` calls: straight-line Python source with one ``try`` per
 listener, generated and compiled as ``dataclasses`` generates ``__init__``, so that ten
-listeners cost ten calls and little else. What a listener needs beyond a plain call (``once``,
-``retries``, the ``propagate`` policy, being async and queued) is written out for that listener
-alone, so the common case carries none of it. A plan of exactly one plain sync listener compiles
-to the listener itself: ``emit()`` calls it inside its own ``try`` (one call fewer), and records
-its failure.
+listeners cost ten calls and little else. What a listener needs beyond a plain call (``once``
+or ``times=``, ``retries``, the ``propagate`` policy, being async and queued) is written out
+for that listener alone, so the common case carries none of it. A plan of exactly one plain
+sync listener compiles to the listener itself: ``emit()`` calls it inside its own ``try`` (one
+call fewer), and records its failure.
 
 The source is registered with :mod:`linecache` under a name such as
 ``<eventbus: emit('order.paid') 3f2a9c1e>``, so tracebacks through it show its lines. Print it
@@ -15,11 +15,11 @@ with ``bus._dispatch_source(OrderPaid)``. Measured against the alternatives (a c
 over a tuple, a chain of nested closures), generated source is the fastest by far, and reads
 best in a traceback.
 
-Room for what comes next: a per-listener call limit is a step like ``once``'s, written only for
-the listeners that have one; a causality context variable or instrumentation hooks are lines
-around the calls, written only when the bus has them switched on (a lone listener then gets a
-generated function too), so a bus without them runs exactly the code it runs today. Call order
-is the table's business: plans arrive ordered.
+A call limit (``times=``, ``once``) is a step written only for the listeners that have one.
+Causality costs no line: the emit in progress is the bus's :class:`~eventbus._nesting.Nesting`
+state, which ``emit()`` sets around the call. Instrumentation wraps the listener functions a
+plan holds (see :mod:`eventbus.interop.opentelemetry`), so a bus without it runs exactly the
+code it ran before. Call order is the table's business: plans arrive ordered.
 """
 
 from __future__ import annotations
@@ -32,12 +32,13 @@ import linecache
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ._calls import Emission, add_note_once, call_sync
+from ._calls import add_note_once, call_sync
+from ._emission import Emission
 from ._events import Event
 from ._exceptions import BusNotRunningError, ListenerErrors
-from ._failures import new_event_id
 from ._listeners import ErrorPolicy, Listener
 from ._nesting import Nesting
+from ._observe import Observer
 from ._sink import FailureSink, awaitable_error
 from ._table import ListenerTable, Plan
 
@@ -71,10 +72,10 @@ class Compiled:
         if self.single is not None and inspect.isawaitable(value):
             raise awaitable_error(self.single.name, value)
 
-    def record(self, sink: FailureSink, event: object, exc: Exception) -> None:
-        """Record what the lone listener raised (``emit()`` called it directly)."""
-        assert self.single is not None and isinstance(event, Event)
-        sink.capture(event, new_event_id(), self.single.name, exc, 1)
+    def record(self, sink: FailureSink, nesting: Nesting, exc: Exception) -> None:
+        """Record what the lone listener raised (``emit()`` called it directly, in *nesting*)."""
+        assert self.single is not None
+        sink.capture(nesting.emission(), self.single.name, exc, 1)
 
 
 class _Queue(Protocol):
@@ -100,17 +101,13 @@ class Runtime:
         self.queue = queue
         self.table = table
 
-    def emission(self, event: Event) -> Emission:
-        return Emission(event, self.nesting.depth())
+    def emission(self) -> Emission:
+        """The emission in progress (a generated function runs inside its emit)."""
+        return self.nesting.emission()
 
-    def failed(
-        self, emission: Emission | None, event: Event, sub: Listener, exc: Exception
-    ) -> Emission:
-        """Record *sub*'s failure; return the emission, so its other failures share its id."""
-        if emission is None:
-            emission = self.emission(event)
-        self.sink.capture(event, emission.event_id, sub.name, exc, 1)
-        return emission
+    def failed(self, sub: Listener, exc: Exception) -> None:
+        """Record *sub*'s failure in the emission in progress (its failures share its ids)."""
+        self.sink.capture(self.nesting.emission(), sub.name, exc, 1)
 
     def retrying(self, emission: Emission, sub: Listener) -> Exception | None:
         return call_sync(sub, emission, self.sink)[0]
@@ -137,6 +134,7 @@ class DispatchCache:
         self._policy = policy
         self.entries: dict[type, tuple[Dispatcher, Compiled]] = {}
         runtime.table.watch(self.entries)
+        self.observer: Observer | None = None  # wraps each entry as it is compiled
 
     @property
     def policy(self) -> ErrorPolicy:
@@ -155,7 +153,11 @@ class DispatchCache:
         entry = self.entries.get(cls)
         if entry is None:
             plan = self.runtime.table.plan(cls)
-            entry = self.entries[cls] = compile_plan(plan, self._policy, self.runtime)
+            entry = compile_plan(plan, self._policy, self.runtime)
+            if self.observer is not None:
+                call, compiled = entry
+                entry = (self.observer.dispatch(plan, call, compiled.single is not None), compiled)
+            self.entries[cls] = entry
         return entry
 
 
@@ -168,7 +170,7 @@ def compile_plan(plan: Plan, policy: ErrorPolicy, runtime: Runtime) -> tuple[Dis
     """The callable ``emit()`` runs for *plan* under the bus's default *policy*."""
     subs = plan.listeners
     if len(subs) == 1 and _plain(subs[0], policy):
-        return subs[0].fn, Compiled(plan, subs[0], None)
+        return subs[0].call, Compiled(plan, subs[0], None)
     source = _source(plan, policy)
     # Its own globals: a global load is the cheapest load of a name that is not a local, and a
     # closure would copy every cell into each call's frame.
@@ -182,7 +184,7 @@ def compile_plan(plan: Plan, policy: ErrorPolicy, runtime: Runtime) -> tuple[Dis
         "remove": runtime.table.remove,
     }
     for i, sub in enumerate(subs):
-        namespace[f"l{i}"] = sub.fn
+        namespace[f"l{i}"] = sub.call
         namespace[f"s{i}"] = sub
     exec(compile(source, _register(plan, source), "exec"), namespace)
     fn: Dispatcher = namespace[_function_name(plan)]
@@ -197,7 +199,7 @@ def _plain(sub: Listener, policy: ErrorPolicy) -> bool:
     """A listener needing nothing but a call in a ``try``: sync, captured, no once or retries."""
     return (
         not sub.is_async
-        and not sub.once
+        and sub.times is None
         and sub.retries == 0
         and (sub.errors or policy) == "capture"
     )
@@ -213,7 +215,8 @@ def _source(plan: Plan, policy: ErrorPolicy) -> str:
     body = [f'"""emit({ename!r}): {count}, in order (generated by eventbus._compiler)."""']
     if n_async:
         body.append(f"rt.require_running(event, {n_async})")
-    body.append("emission = rt.emission(event)" if eager else "emission = None")
+    if eager:
+        body.append("emission = rt.emission()")
     if propagate:
         body.append("raised = []")
     for i, sub in enumerate(subs):
@@ -229,8 +232,8 @@ def _source(plan: Plan, policy: ErrorPolicy) -> str:
 def _step(i: int, sub: Listener, propagate: bool) -> list[str]:
     """The lines that call listener *i* and deal with its outcome."""
     traits = ["async: queued for the workers" if sub.is_async else "sync"]
-    if sub.once:
-        traits.append("once")
+    if sub.times is not None:
+        traits.append("once" if sub.once else f"times={sub.times}")
     if sub.retries:
         traits.append(f"retries={sub.retries}")
     if propagate:
@@ -248,13 +251,13 @@ def _step(i: int, sub: Listener, propagate: bool) -> list[str]:
             f"    if (value := l{i}(event)) is not None and isawaitable(value):",
             f"        raise awaitable_error(s{i}.name, value)",
             "except Exception as exc:",
-            f"    emission = rt.failed(emission, event, s{i}, exc)",
+            f"    rt.failed(s{i}, exc)",
         ]
         if propagate:
             call.append(f"    raised.append(noted(exc, s{i}))")
-    if sub.once:
-        # A nested emit may have run it already; then it is not this emit's listener.
-        call = [f"if not s{i}.fired:", f"    s{i}.fired = True", f"    remove(s{i})"] + [
+    if sub.times is not None:
+        # A nested emit may have taken its last call already; then it is not this emit's.
+        call = [f"if s{i}.claim():", f"    if not s{i}.left:", f"        remove(s{i})"] + [
             f"    {line}" for line in call
         ]
     return lines + call

@@ -2,7 +2,8 @@
 
 Sync listeners run first, inline and in order; async ones then run concurrently, each in its
 own task (a copy of the publisher's context), or in the publisher's own task when there is
-only one. Every call becomes an :class:`Outcome`, in subscription order.
+only one. With ``concurrent=False`` every listener runs in the publisher's task, one after
+another in plan order. Every call becomes an :class:`Outcome`, in plan order.
 """
 
 from __future__ import annotations
@@ -14,70 +15,101 @@ from typing import Any
 
 import anyio
 
-from ._calls import Emission, add_note_once, call_async, cancelled_from_outside, on_asyncio
+from ._calls import add_note_once, call_async, cancelled_from_outside, on_asyncio
 from ._compiler import Runtime
+from ._emission import Emission
 from ._events import Event
 from ._exceptions import ListenerErrors, RecursionLimitError
 from ._listeners import ErrorPolicy, Listener, Outcome, new_outcome
 from ._sink import FailureSink
 from ._table import Plan
 
-__all__ = ["run_plan"]
+__all__ = ["new_emission", "run_plan"]
 
 _perf = time.perf_counter
+_new = object.__new__
 _isawaitable = inspect.isawaitable
 
 
+def new_emission(runtime: Runtime, event: Event) -> Emission:
+    """The emission of an ``emit_async()`` of *event* starting now (its ids: made on use).
+
+    :raises RecursionLimitError: if emits are already nested ``max_depth`` deep
+    """
+    nesting = runtime.nesting
+    cause = nesting.current()
+    if cause is None:
+        return Emission(event)
+    if cause.depth >= nesting.max_depth:
+        raise RecursionLimitError(event.__event_name__, nesting.max_depth)
+    return cause.child(event)
+
+
 async def run_plan(
-    plan: Plan, event: Event, runtime: Runtime, policy: ErrorPolicy
+    plan: Plan,
+    event: Event,
+    runtime: Runtime,
+    policy: ErrorPolicy,
+    concurrent: bool = True,
+    emission: Emission | None = None,
 ) -> list[Outcome]:
     """Run *plan*'s listeners for *event*, one hop deeper, and return their outcomes.
 
     :param policy: the bus's default error policy
+    :param concurrent: false: await each async listener before the next listener starts
+    :param emission: made by :func:`new_emission` already (instrumentation needs it first)
     :raises RecursionLimitError: if emits are already nested ``max_depth`` deep
     :raises ListenerErrors: when listeners under the ``propagate`` policy failed, once all ran
     """
     nesting, sink = runtime.nesting, runtime.sink
-    depth = nesting.depth()
-    if depth >= nesting.max_depth:
-        raise RecursionLimitError(event.__event_name__, nesting.max_depth)
+    if emission is None:  # new_emission(), inline: this is emit_async()'s hot path
+        # What the listeners' own emits and failures refer to.
+        top = nesting.top
+        cause = None if top is None or top is nesting.idle else nesting.current()
+        if cause is None:  # Emission.first(event), inline
+            emission = _new(Emission)
+            emission.event = event
+        elif cause.depth >= nesting.max_depth:
+            raise RecursionLimitError(event.__event_name__, nesting.max_depth)
+        else:
+            emission = cause.child(event)
     subs = plan.listeners
     if not subs:
         return []
-    # Made when first needed (a failure, a retry, an async call): most emits need none.
-    emission: Emission | None = None
     # Outcome | None until every call ended (None: a once listener this emit did not run).
     outcomes: list[Any] = [None] * len(subs)
     spawn: list[tuple[int, Listener]] = []
     skipped = False
     failures_before = sink.count
     # One hop for the whole emit: the listeners' tasks copy the context it sets.
-    token = nesting.enter_hop(depth + 1)
+    token = nesting.enter_hop(emission)
     try:
         start = _perf()
         for i, sub in enumerate(subs):
-            if sub.once:
-                if sub.fired:  # a nested emit already ran it: not this emit's listener
+            if sub.times is not None:
+                if not sub.claim():  # a nested emit took its last call: not this emit's
                     skipped = True
                     continue
-                sub.fired = True
-                runtime.table.remove(sub)
+                if not sub.left:
+                    runtime.table.remove(sub)
             if sub.is_async:
-                spawn.append((i, sub))
+                if concurrent:
+                    spawn.append((i, sub))
+                    continue
+                await _run(outcomes, i, sub, emission, runtime)  # sequential: awaited now
+                start = _perf()
                 continue
             if sub.retries:
-                emission = emission or Emission(event, depth + 1)
                 await _run(outcomes, i, sub, emission, runtime)  # backs off between attempts
                 start = _perf()
                 continue
             # The commonest case, inline: no coroutine per call; each call's end is the next
             # one's start.
             try:
-                value = sub.fn(event)
+                value = sub.call(event)
                 if value is not None and _isawaitable(value):
                     value = await value
             except BaseException as exc:
-                emission = emission or Emission(event, depth + 1)
                 outcomes[i] = _failed(exc, sub, emission, sink, start)
                 start = _perf()
             else:
@@ -85,7 +117,6 @@ async def run_plan(
                 outcomes[i] = new_outcome(sub.name, value, None, end - start, None)
                 start = end
         if spawn:
-            emission = emission or Emission(event, depth + 1)
             if len(spawn) == 1:
                 i, sub = spawn[0]
                 await _run(outcomes, i, sub, emission, runtime)  # in this task, after the others
@@ -117,7 +148,7 @@ async def _run(
     start = _perf()
     if sub.is_async and sub.timeout is None and not sub.retries:
         try:  # the plain async listener: no further coroutine in between
-            value = await sub.fn(emission.event)
+            value = await sub.call(emission.event)
         except BaseException as exc:
             outcomes[i] = _failed(exc, sub, emission, runtime.sink, start)
         else:
@@ -136,7 +167,7 @@ def _failed(
         not isinstance(exc, anyio.get_cancelled_exc_class()) or cancelled_from_outside()
     ):
         raise exc
-    rec = sink.capture(emission.event, emission.event_id, sub.name, exc, 1)
+    rec = sink.capture(emission, sub.name, exc, 1)
     return new_outcome(sub.name, None, exc, end - start, rec)
 
 
@@ -178,13 +209,13 @@ async def _gather_asyncio(
                 try:
                     task.result()
                 except asyncio.CancelledError as exc:
-                    rec = sink.capture(event, emission.event_id, sub.name, exc, 1)
+                    rec = sink.capture(emission, sub.name, exc, 1)
                     outcomes[i] = new_outcome(sub.name, None, exc, end - start, rec)
         elif (error := task.exception()) is None:
             if sub is not None:
                 outcomes[i] = new_outcome(sub.name, task.result(), None, end - start, None)
         elif isinstance(error, Exception) and sub is not None:
-            rec = sink.capture(event, emission.event_id, sub.name, error, 1)
+            rec = sink.capture(emission, sub.name, error, 1)
             outcomes[i] = new_outcome(sub.name, None, error, end - start, rec)
         elif base_error is None:  # not a listener's failure: take the others down, raise it
             base_error = error
@@ -194,7 +225,7 @@ async def _gather_asyncio(
 
     for i, sub in calls:
         plain = sub.timeout is None and not sub.retries
-        coro = sub.fn(event) if plain else _run(outcomes, i, sub, emission, runtime)
+        coro = sub.call(event) if plain else _run(outcomes, i, sub, emission, runtime)
         task = loop.create_task(coro)
         task.add_done_callback(functools.partial(ended, i, sub if plain else None, _perf()))
         tasks.append(task)

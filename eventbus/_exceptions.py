@@ -11,6 +11,7 @@ The tree::
      ├── DuplicateListenerError      (ValueError)    two listeners would share one name
      ├── ListenerLookupError         (LookupError)   ``off()`` or a retry names no listener
      ├── BusNotRunningError          (RuntimeError)  async listeners, bus not entered
+     ├── WrongThreadError            (RuntimeError)  emit() from another thread than the loop's
      ├── RecursionLimitError         (RuntimeError)  nested emits deeper than ``max_depth``
      ├── DurableError                (TypeError)     durable use of what is not durable
      ├── NoTransactionError          (RuntimeError)  a durable publish outside a transaction
@@ -18,8 +19,21 @@ The tree::
      ├── ListenerTimeoutError        (TimeoutError)  a listener's ``timeout=`` expired
      ├── ListenerDroppedError        a call that never ran (queue full, bus closing)
      ├── ListenerShutdownError       a call that shutdown cut short
-     └── AppLoadError                (ValueError)    ``--app`` names nothing usable (in ``cli``)
+     ├── AppLoadError                (ValueError)    ``--app`` names nothing usable
+     ├── UnmappedEventError          (LookupError)   a bridged pyee name with no mapping
+     ├── UnsupportedPyeeEventError   (ValueError)    pyee's ``error`` or ``new_listener``
+     ├── LoginSecretError            (ValueError)    a console secret too short to guard actions
+     └── ActionError                 input a console action refuses (a 400 or 404 page)
     ListenerErrors (ExceptionGroup)  what ``errors="propagate"`` raises, always a group
+    UnexpectedFailuresError (AssertionError)  failures a test did not expect
+    MaxListenersExceededWarning (RuntimeWarning)  one name has more listeners than it should
+
+Defined beside what raises them: ``AppLoadError`` in :mod:`eventbus.cli`, the two pyee errors
+in :mod:`eventbus.interop.pyee` (``UnmappedEventError`` is a ``LookupError`` as pyee's own
+``KeyError`` is; ``UnsupportedPyeeEventError`` a ``ValueError``: the name means nothing on the
+bus), ``UnexpectedFailuresError`` in :mod:`eventbus.testing`, the console's two in
+:mod:`eventbus.console`. ``tests/test_docstrings.py``
+checks this tree against the classes.
 
 Messages are built here from data, so that raise sites pass values, not prose.
 """
@@ -42,9 +56,11 @@ __all__ = [
     "ListenerLookupError",
     "ListenerShutdownError",
     "ListenerTimeoutError",
+    "MaxListenersExceededWarning",
     "PayloadError",
     "RecursionLimitError",
     "UnknownEventError",
+    "WrongThreadError",
 ]
 
 
@@ -53,6 +69,8 @@ class EventBusError(Exception):
 
 
 class UnknownEventError(EventBusError, LookupError):
+    """An event name or type that nobody declared in the registry in use."""
+
     def __init__(
         self, name: str, hint: str = "declare it with 'class X(Event, name=...)' first"
     ) -> None:
@@ -61,6 +79,8 @@ class UnknownEventError(EventBusError, LookupError):
 
 
 class DuplicateEventError(EventBusError, ValueError):
+    """An event name declared twice in one registry."""
+
     def __init__(self, name: str, existing: type, new: type) -> None:
         self.name = name
         super().__init__(
@@ -70,6 +90,8 @@ class DuplicateEventError(EventBusError, ValueError):
 
 
 class InvalidEventNameError(EventBusError, ValueError):
+    """An event name outside dot-separated segments of ``[a-z0-9_-]``."""
+
     def __init__(self, name: object, reason: str) -> None:
         self.name = name
         self.reason = reason
@@ -77,6 +99,8 @@ class InvalidEventNameError(EventBusError, ValueError):
 
 
 class InvalidPatternError(EventBusError, ValueError):
+    """A subscription pattern that cannot match any event name."""
+
     def __init__(self, pattern: object, reason: str) -> None:
         self.pattern = pattern
         self.reason = reason
@@ -84,6 +108,8 @@ class InvalidPatternError(EventBusError, ValueError):
 
 
 class PayloadError(EventBusError, TypeError):
+    """A payload that does not fit its event's declared fields and types."""
+
     def __init__(self, event: str, problem: str) -> None:
         self.event = event
         self.problem = problem
@@ -91,6 +117,8 @@ class PayloadError(EventBusError, TypeError):
 
 
 class DuplicateListenerError(EventBusError, ValueError):
+    """Two listeners on one bus would share one name (names identify them in the failure table)."""
+
     def __init__(self, name: str) -> None:
         self.name = name
         super().__init__(
@@ -109,21 +137,71 @@ class DurableError(EventBusError, TypeError):
 
 
 class ListenerLookupError(EventBusError, LookupError):
+    """``off()`` or a retry names a listener that is not subscribed."""
+
     def __init__(self, what: str) -> None:
         super().__init__(what)
 
 
 class BusNotRunningError(EventBusError, RuntimeError):
-    def __init__(self, event: str, async_listeners: int) -> None:
+    """The bus must be running (``async with bus:``) for this call; *call* names the method."""
+
+    def __init__(self, event: str, async_listeners: int = 0, *, call: str = "emit") -> None:
         self.event = event
+        if call == "emit":
+            message = (
+                f"emit({event!r}) found {async_listeners} async listener"
+                f"{'s' if async_listeners != 1 else ''} but the bus is not running; "
+                "enter 'async with bus:' first, or use 'await bus.emit_async(...)'"
+            )
+        else:
+            message = (
+                f"{call}({event!r}) needs a running bus to hand the event to, and this one is "
+                "not running (not entered yet, or closed): nothing was emitted; enter "
+                "'async with bus:' in the bus's event loop first"
+            )
+        super().__init__(message)
+
+
+class WrongThreadError(EventBusError, RuntimeError):
+    """An emit from another thread than the running bus's event loop thread (or
+    ``emit_threadsafe()`` from that thread itself, where it would deadlock)."""
+
+    def __init__(self, call: str, event: str, thread: str, loop_thread: str) -> None:
+        self.event = event
+        if call == "emit_threadsafe":
+            message = (
+                f"emit_threadsafe({event!r}) was called from thread {thread!r}, the bus's own "
+                "event loop thread, where waiting for it would deadlock; there, use emit() "
+                "or 'await emit_async()'"
+            )
+        else:
+            message = (
+                f"{call}({event!r}) was called from thread {thread!r}, but the bus runs in "
+                f"the event loop of thread {loop_thread!r} and is not thread-safe; from other "
+                "threads use bus.emit_threadsafe(event), which hands the emit to the bus's loop"
+            )
+        super().__init__(message)
+
+
+class MaxListenersExceededWarning(RuntimeWarning):
+    """More listeners on one event name or pattern than ``max_listeners``: usually a leak."""
+
+    def __init__(self, pattern: str, count: int, limit: int) -> None:
+        self.pattern = pattern
+        self.count = count
+        self.limit = limit
         super().__init__(
-            f"emit({event!r}) found {async_listeners} async listener"
-            f"{'s' if async_listeners != 1 else ''} but the bus is not running; "
-            "enter 'async with bus:' first, or use 'await bus.emit_async(...)'"
+            f"{count} listeners are subscribed to {pattern!r} on one bus "
+            f"(max_listeners={limit}): listeners added per request and never removed? "
+            "Remove them with off() or subscribe with 'with bus.subscribed(...)'; or raise "
+            "EventBus(max_listeners=...) (0 turns this warning off)"
         )
 
 
 class RecursionLimitError(EventBusError, RuntimeError):
+    """Emits nested deeper than ``max_depth``: a listener probably re-emits its own event."""
+
     def __init__(self, event: str, depth: int) -> None:
         self.event = event
         self.depth = depth
@@ -134,6 +212,8 @@ class RecursionLimitError(EventBusError, RuntimeError):
 
 
 class ListenerTimeoutError(EventBusError, TimeoutError):
+    """A listener's ``timeout=`` expired; the call was cancelled."""
+
     def __init__(self, listener: str, timeout: float) -> None:
         self.listener = listener
         self.timeout = timeout
@@ -141,6 +221,8 @@ class ListenerTimeoutError(EventBusError, TimeoutError):
 
 
 class ListenerDroppedError(EventBusError):
+    """A call that never ran: the queue was full, or the bus was closing."""
+
     def __init__(self, listener: str, reason: str) -> None:
         self.listener = listener
         self.reason = reason

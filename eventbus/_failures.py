@@ -54,6 +54,10 @@ class FailureRecord:
     last_failed_at: datetime
     resolved_at: datetime | None = None
     note: str | None = None
+    #: the event id of the emission whose listener emitted this record's event (None: nothing)
+    causation_id: str | None = None
+    #: the event id of the first emission of the chain (this record's own for a first one)
+    correlation_id: str | None = None
 
     @classmethod
     def from_exception(
@@ -64,10 +68,12 @@ class FailureRecord:
         listener: str,
         exc: BaseException,
         attempts: int = 1,
+        causation_id: str | None = None,
+        correlation_id: str | None = None,
     ) -> FailureRecord:
         now = datetime.now(UTC)
         payload, ok = encode_payload(event)
-        return _new_record(
+        rec = _new_record(
             event_id,
             event.__event_name__,
             payload,
@@ -78,17 +84,31 @@ class FailureRecord:
             attempts,
             now,
         )
+        _set_causation(rec, causation_id)
+        _set_correlation(rec, correlation_id)
+        return rec
 
     def replace(self, **changes: object) -> FailureRecord:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
     @classmethod
     def minimal(
-        cls, *, event_name: str, event_id: str, listener: str, exc: BaseException, attempts: int
+        cls,
+        *,
+        event_name: str,
+        event_id: str,
+        listener: str,
+        exc: BaseException,
+        attempts: int,
+        causation_id: str | None = None,
+        correlation_id: str | None = None,
     ) -> FailureRecord:
         """A record with no payload or traceback, for when :meth:`from_exception` itself failed."""
         now = datetime.now(UTC)
-        return _new_record(event_id, event_name, "null", False, listener, exc, "", attempts, now)
+        rec = _new_record(event_id, event_name, "null", False, listener, exc, "", attempts, now)
+        _set_causation(rec, causation_id)
+        _set_correlation(rec, correlation_id)
+        return rec
 
 
 def _capture_traceback(exc: BaseException) -> str | CapturedTraceback:
@@ -150,6 +170,8 @@ _set_first = _setters["first_failed_at"]
 _set_last = _setters["last_failed_at"]
 _set_resolved = _setters["resolved_at"]
 _set_note = _setters["note"]
+_set_causation = _setters["causation_id"]
+_set_correlation = _setters["correlation_id"]
 _set_traceback = _slot.__set__
 
 
@@ -180,6 +202,8 @@ def _new_record(
     _set_last(rec, now)
     _set_resolved(rec, None)
     _set_note(rec, None)
+    _set_causation(rec, None)
+    _set_correlation(rec, None)
     return rec
 
 

@@ -44,12 +44,14 @@ class OnceOptions(TypedDict, total=False):
     timeout: float | None
     retries: int
     errors: ErrorPolicy | None
+    priority: int
 
 
 class ListenerOptions(OnceOptions, total=False):
     """The keyword options of ``bus.on()`` (for the type checker)."""
 
     once: bool
+    times: int | None
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -60,17 +62,41 @@ class Listener:
     name: str
     pattern: str
     is_async: bool
-    once: bool = False
+    times: int | None = None  #: calls before it unsubscribes itself (None: no limit)
     timeout: float | None = None
     retries: int = 0
     errors: ErrorPolicy | None = None
+    priority: int = 0  #: higher runs first; equal priorities run in subscription order
     seq: int = 0
-    fired: bool = False
+    left: int | None = None  #: calls left of ``times`` (taken when an emit claims a call)
     segments: tuple[str, ...] = ()  # the compiled pattern, matched when a plan is built
+    #: what the bus calls: ``fn`` itself, or a wrapper of it (instrumentation)
+    call: Callable[[Any], Any] = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.left is None:
+            self.left = self.times
+        self.call = self.fn
+
+    @property
+    def once(self) -> bool:
+        """Subscribed with ``once=True`` (or ``times=1``)."""
+        return self.times == 1
 
     def __repr__(self) -> str:
         kind = "async" if self.is_async else "sync"
-        return f"<Listener {self.name!r} on {self.pattern!r} ({kind})>"
+        extra = "" if self.priority == 0 else f", priority={self.priority}"
+        extra += "" if self.times is None else f", times={self.times}"
+        return f"<Listener {self.name!r} on {self.pattern!r} ({kind}{extra})>"
+
+    def claim(self) -> bool:
+        """Take one of the calls left (``times=``): False when none is, because a nested
+        emit took the last one; unlimited listeners are never asked."""
+        left = self.left
+        if not left:
+            return False
+        self.left = left - 1
+        return True
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1,27 +1,46 @@
-"""How deeply emits are nested, for the recursion guard (``max_depth``).
+"""Which emission is in progress, for the recursion guard (``max_depth``) and causality.
 
-The depth of an emit is the number of sync emits already on the stack, plus the *async hop
-depth*: a listener run by a worker or by ``emit_async()`` that emits again nests one level deeper
-than the emission that started it. Sync nesting is a plain counter (between two awaits it always
-returns to zero); the hop depth crosses awaits, so it lives in a context variable.
+Sync emits nest on the stack: between two awaits they always unwind, so a plain attribute,
+:attr:`Nesting.top`, holds the innermost one. An async listener call (a worker's, or one of
+``emit_async()``) crosses awaits, so the emission it runs for lives in a context variable
+(:data:`eventbus._emission.hop`), and :attr:`Nesting.hops` counts the calls in progress.
 
-``emit()``'s fast path reads one integer, :attr:`Nesting.level`: zero means "at the top, and no
-async call in progress", the only state in which the depth is known to be zero without reading
-the context variable. Anything else sends the emit to the exact check.
+``emit()``'s fast path reads one attribute: ``top is None`` means "at the top, and no async
+call in progress", the only state in which the new emission is known to have no cause and
+depth 1. It then stores the bare event in ``top`` (no object is made per emit), and restores
+``None`` when done. While the bus runs, the idle value is :data:`RUNNING` instead of ``None``:
+the fast path then also checks the thread (an emit from another thread than the loop's is an
+error), and a bus that does not run pays nothing for that check. Anything else takes the exact
+path, which asks :meth:`Nesting.current` for the cause; a bare event becomes an
+:class:`~eventbus._emission.Emission` the first time something needs one (a failure, a child
+emit, :func:`~eventbus.current_emission`).
 """
 
 from __future__ import annotations
 
 import contextvars
 
-__all__ = ["HOP", "Nesting", "async_depth"]
+from ._emission import Emission, hop
 
-#: The hop depth of the running async listener call (0 outside any).
-async_depth: contextvars.ContextVar[int] = contextvars.ContextVar("eventbus_depth", default=0)
+__all__ = ["HOPPING", "RUNNING", "Nesting"]
 
-#: What one async call in progress adds to :attr:`Nesting.level`; sync nesting stays far below
-#: it (Python's own recursion limit stops a sync emit loop long before).
-HOP = 1 << 20
+
+class _State:
+    """A value of :attr:`Nesting.top` that is no emission."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+#: ``top`` while async calls are in progress and no sync emit is
+HOPPING = _State("HOPPING")
+#: ``top`` at rest while the bus runs (its idle value; ``None`` while it does not)
+RUNNING = _State("RUNNING")
 
 
 class Nesting:
@@ -30,23 +49,53 @@ class Nesting:
     :param max_depth: how deeply emits may nest, sync and async hops together
     """
 
-    __slots__ = ("level", "max_depth")
+    __slots__ = ("hops", "idle", "max_depth", "top")
 
     def __init__(self, max_depth: int) -> None:
         self.max_depth = max_depth
-        #: sync emits on the stack, plus :data:`HOP` per async listener call in progress
-        self.level = 0
+        #: the innermost sync emission (an Event until something needs its Emission), else
+        #: HOPPING while async calls are in progress, else ``idle`` (``object``: emit() stores
+        #: what it was given, known to be an Event only by its dispatch entry)
+        self.top: object = None
+        #: ``top`` at rest: None, or RUNNING while the bus runs
+        self.idle: _State | None = None
+        #: async listener calls in progress
+        self.hops = 0
 
-    def depth(self) -> int:
-        """The depth of an emit starting now: sync nesting plus the current hop depth."""
-        return self.level % HOP + async_depth.get()
+    def running(self, yes: bool) -> None:
+        """The bus starts (or stops) running: the fast path checks the thread (or not)."""
+        old, self.idle = self.idle, RUNNING if yes else None
+        if self.top is old:
+            self.top = self.idle
 
-    def enter_hop(self, depth: int) -> contextvars.Token[int]:
-        """Mark an async listener call at *depth* as running (in the current context)."""
-        self.level += HOP
-        return async_depth.set(depth)
+    def current(self) -> Emission | None:
+        """The emission in progress here: the innermost sync one, else the async call's."""
+        top = self.top
+        if top is None or top is self.idle:
+            return None
+        if top is HOPPING:
+            return hop.get()
+        if type(top) is Emission:
+            return top  # type() is cheaper than isinstance() here
+        em = self.top = Emission(top)  # type: ignore[arg-type]  # the fast path's bare event
+        return em
 
-    def leave_hop(self, token: contextvars.Token[int]) -> None:
+    def emission(self) -> Emission:
+        """The Emission of the sync emit in progress (made now if it was a bare event)."""
+        em = self.current()
+        assert em is not None, "no emit in progress"
+        return em
+
+    def enter_hop(self, emission: Emission) -> contextvars.Token[Emission | None]:
+        """Mark an async listener call for *emission* as running (in the current context)."""
+        self.hops += 1
+        if self.top is self.idle:
+            self.top = HOPPING
+        return hop.set(emission)
+
+    def leave_hop(self, token: contextvars.Token[Emission | None]) -> None:
         """Undo :meth:`enter_hop`, in the context it was entered in."""
-        async_depth.reset(token)
-        self.level -= HOP
+        hop.reset(token)
+        self.hops -= 1
+        if not self.hops and self.top is HOPPING:
+            self.top = self.idle

@@ -19,7 +19,8 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ._calls import Emission, call_async
+from ._calls import call_async
+from ._emission import Emission
 from ._exceptions import ListenerDroppedError, ListenerShutdownError
 from ._listeners import Listener
 from ._nesting import Nesting
@@ -117,7 +118,7 @@ class WorkerPool:
     def _drop(self, sub: Listener, emission: Emission, reason: str) -> None:
         self.dropped += 1
         err = ListenerDroppedError(sub.name, reason)
-        self.sink.capture(emission.event, emission.event_id, sub.name, err, 0)
+        self.sink.capture(emission, sub.name, err, 0)
 
     def start(self, tg: TaskGroup, *, size: int, workers: int) -> None:
         """Open a queue of *size* calls and start *workers* tasks in *tg*."""
@@ -171,7 +172,7 @@ class WorkerPool:
                 self._in_flight.add(job)
                 ctx = job.context
                 # The hop and the listener run in the job's copy of the publisher's context.
-                token = ctx.run(self.nesting.enter_hop, job.emission.depth)
+                token = ctx.run(self.nesting.enter_hop, job.emission)
                 try:
                     # Its own scope, cancelled by the drain: a job cut short is recorded as such
                     # even if the listener swallowed the cancellation and returned.
@@ -194,13 +195,7 @@ class WorkerPool:
                 job.listener.name, grace, started=True, last_error=job.last_error
             )
             err.__cause__ = job.last_error
-            self.sink.capture(
-                job.emission.event,
-                job.emission.event_id,
-                job.listener.name,
-                err,
-                max(job.attempts, 1),
-            )
+            self.sink.capture(job.emission, job.listener.name, err, max(job.attempts, 1))
         self._in_flight.clear()
         leftovers, self._leftovers = self._leftovers, None
         if leftovers is None:
@@ -211,5 +206,5 @@ class WorkerPool:
             except (anyio.WouldBlock, anyio.EndOfStream):
                 break
             err = ListenerShutdownError(job.listener.name, grace, started=False)
-            self.sink.capture(job.emission.event, job.emission.event_id, job.listener.name, err, 0)
+            self.sink.capture(job.emission, job.listener.name, err, 0)
         leftovers.close()

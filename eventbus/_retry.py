@@ -12,6 +12,7 @@ service's processes run it again; its row stays ``pending`` until one of them su
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import traceback
 from datetime import UTC, datetime
@@ -97,6 +98,7 @@ async def retry_failures(
     listener: str | None = None,
     limit: int | None = None,
     max_attempts: int = 5,
+    correlation: str | None = None,
 ) -> RetryReport:
     """Retry the pending failures in ``bus.failures``, oldest first, one call each.
 
@@ -108,18 +110,31 @@ async def retry_failures(
     :param listener: only rows of this listener name
     :param limit: at most this many rows (the newest ones, tried oldest first)
     :param max_attempts: a row that has failed this many times becomes ``dead``
+    :param correlation: only rows of this correlation id: one business transaction's
+        failures, retried together
 
     With a durable transport, dead rows of durable listeners (up to *limit* more) are handed
     back to their consumer groups too (see the module docstring).
     """
     if max_attempts < 1:
         raise ValueError(f"max_attempts={max_attempts!r} must be >= 1")
-    rows = await bus.failures.query(
-        status=FailureStatus.PENDING, event=event, listener=listener, limit=limit
+    if correlation is not None and (not isinstance(correlation, str) or not correlation):
+        raise ValueError(f"correlation={correlation!r} must be a correlation id (a string)")
+    query = functools.partial(
+        bus.failures.query, status=FailureStatus.PENDING, event=event, listener=listener
+    )
+    # correlation= only when given: a store written before it existed works without it.
+    rows = await (
+        query(limit=limit) if correlation is None else query(limit=limit, correlation=correlation)
     )
     if bus.durable is not None:
-        dead = await bus.failures.query(
-            status=FailureStatus.DEAD, event=event, listener=listener, limit=limit
+        dead_query = functools.partial(
+            bus.failures.query, status=FailureStatus.DEAD, event=event, listener=listener
+        )
+        dead = await (
+            dead_query(limit=limit)
+            if correlation is None
+            else dead_query(limit=limit, correlation=correlation)
         )
         rows += [r for r in dead if (r.note or "").startswith(DURABLE_NOTE)]
         rows.sort(key=lambda r: r.last_failed_at, reverse=True)

@@ -13,7 +13,7 @@ import inspect
 import logging
 from collections.abc import Callable
 
-from ._events import Event
+from ._emission import Emission
 from ._failures import FailureRecord
 from ._listeners import is_async_callable
 from ._log_limit import LogLimiter
@@ -48,7 +48,7 @@ class FailureSink:
     :param hook: ``on_failure``, called with each record
     """
 
-    __slots__ = ("_hook", "_in_hook", "count", "limiter", "store")
+    __slots__ = ("_hook", "_in_hook", "count", "limiter", "observers", "store")
 
     def __init__(
         self, store: FailureStore, hook: Callable[[FailureRecord], object] | None = None
@@ -58,6 +58,8 @@ class FailureSink:
         self._in_hook = False  # inside the hook: failures it causes do not call it again
         self.count = 0
         self.limiter = LogLimiter(logger, burst=LOG_BURST, interval=LOG_INTERVAL)
+        #: told of each record before the store (instrumentation); must not raise
+        self.observers: list[Callable[[FailureRecord], object]] = []
 
     @property
     def hook(self) -> Callable[[FailureRecord], object] | None:
@@ -73,12 +75,21 @@ class FailureSink:
         self._hook = hook
 
     def capture(
-        self, event: Event, event_id: str, listener: str, exc: BaseException, attempts: int
+        self, emission: Emission, listener: str, exc: BaseException, attempts: int
     ) -> FailureRecord:
         """Build, log, store and announce one failure; nothing here raises to the caller."""
+        event = emission.event
+        event_id = emission.event_id
+        cause, chain = emission.causation_id, emission.correlation_id
         try:
             rec = FailureRecord.from_exception(
-                event=event, event_id=event_id, listener=listener, exc=exc, attempts=attempts
+                event=event,
+                event_id=event_id,
+                listener=listener,
+                exc=exc,
+                attempts=attempts,
+                causation_id=cause,
+                correlation_id=chain,
             )
         except Exception:
             logger.exception("building the failure record of %r failed; keeping less", listener)
@@ -88,6 +99,8 @@ class FailureSink:
                 listener=listener,
                 exc=exc,
                 attempts=attempts,
+                causation_id=cause,
+                correlation_id=chain,
             )
         self.add(rec, exc)
         return rec
@@ -102,6 +115,11 @@ class FailureSink:
         :param log: ``False`` when the caller logs the failure its own way
         """
         self.count += 1
+        for observer in self.observers:
+            try:
+                observer(rec)
+            except Exception:
+                logger.exception("failure observer %r raised", observer)
         listener = rec.listener
         if log and self.limiter.allow(
             (listener, rec.error_type), f"listener {listener!r} failing with {rec.error_type}"

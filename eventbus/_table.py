@@ -3,29 +3,50 @@
 A :class:`Plan` is plain data: the listeners one event type reaches, in call order. The table
 builds a plan once per event type and keeps it until the subscriptions change; caches derived
 from plans (the bus's compiled dispatch functions) register with :meth:`ListenerTable.watch`
-and are cleared with it. Call order is subscription order today; an ordering rule (priorities)
-belongs in :meth:`ListenerTable._build`, the one place plans are made.
+and are cleared with it. Call order is decided in :meth:`ListenerTable._build`, the one place
+plans are made: higher ``priority`` first, and subscription order among equal priorities,
+exact and wildcard listeners alike.
+
+The table also watches for leaks: more than ``max_listeners`` listeners on one event name or
+pattern is the usual symptom of listeners added per request and never removed, and is
+reported once as a :class:`~eventbus.MaxListenersExceededWarning` (as Node's emitters do).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
+import sys
+import warnings
 from collections.abc import Callable, Iterator
+from types import FrameType
 from typing import Any
 
 from ._events import Event, EventRegistry
-from ._exceptions import DuplicateListenerError, ListenerLookupError, UnknownEventError
+from ._exceptions import (
+    DuplicateListenerError,
+    ListenerLookupError,
+    MaxListenersExceededWarning,
+    UnknownEventError,
+)
 from ._listeners import ErrorPolicy, Listener, default_listener_name, is_async_callable
 from ._patterns import compile_pattern, is_pattern, match_segments
 
-__all__ = ["ListenerTable", "Plan", "check_policy"]
+__all__ = ["ListenerTable", "Plan", "check_max_listeners", "check_policy"]
 
 
 def check_policy(errors: object, *, optional: bool = False) -> None:
     """:raises ValueError: naming the value, if it is not an error policy"""
     if errors not in ("capture", "propagate") and not (optional and errors is None):
         raise ValueError(f"errors={errors!r} is not a policy; use 'capture' or 'propagate'")
+
+
+def check_max_listeners(value: object) -> int:
+    """:raises ValueError: naming the value, unless it is an int >= 0"""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"max_listeners={value!r} must be an int >= 0 (0 turns the warning off)")
+    return value
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -43,10 +64,15 @@ class Plan:
 class ListenerTable:
     """Subscriptions of one bus, validated against *registry*; see the module docstring."""
 
-    def __init__(self, registry: EventRegistry) -> None:
+    def __init__(self, registry: EventRegistry, *, max_listeners: int = 100) -> None:
         self.registry = registry
+        self.max_listeners = check_max_listeners(max_listeners)
         self._subs: list[Listener] = []
         self._names: dict[str, Listener] = {}
+        self._per_pattern: collections.Counter[str] = collections.Counter()
+        #: makes each new listener's ``call`` (instrumentation); None: ``call`` is ``fn``
+        self.wrap: Callable[[Listener], Callable[[Any], Any]] | None = None
+        self._warned: set[str] = set()  # patterns warned about, until back under the limit
         self._seq = itertools.count()
         self._plans: dict[type[Event], Plan] = {}
         self._watched: list[dict[Any, Any]] = [self._plans]
@@ -70,16 +96,37 @@ class ListenerTable:
     def subscriber(
         self,
         event: type[Event] | str,
-        *,
-        name: str | None,
-        once: bool,
-        timeout: float | None,
-        retries: int,
-        errors: ErrorPolicy | None,
+        **options: Any,
     ) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:
         """What ``on()`` returns: checks its options now, subscribes a function when called.
 
         The function is returned unchanged, so that this works as a decorator.
+        """
+        subscribe = self.binder(event, **options)
+
+        def subscriber(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+            subscribe(fn)
+            return fn
+
+        return subscriber
+
+    def binder(
+        self,
+        event: type[Event] | str,
+        *,
+        name: str | None = None,
+        once: bool = False,
+        times: int | None = None,
+        timeout: float | None = None,
+        retries: int = 0,
+        errors: ErrorPolicy | None = None,
+        priority: int = 0,
+    ) -> Callable[[Callable[[Any], Any]], Listener]:
+        """Check ``on()``'s options now; the result subscribes a function and returns its
+        :class:`Listener`.
+
+        :raises ValueError: naming the option, for a value out of range
+        :raises TypeError: naming the option, for a value of the wrong type
         """
         pattern = self.pattern_of(event)
         if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
@@ -87,12 +134,28 @@ class ListenerTable:
         if not isinstance(retries, int) or retries < 0:
             raise ValueError(f"retries={retries!r} must be an int >= 0")
         check_policy(errors, optional=True)
+        if times is not None and (not isinstance(times, int) or isinstance(times, bool)):
+            raise TypeError(f"times={times!r} must be an int >= 1, or None for no limit")
+        if times is not None and times < 1:
+            raise ValueError(f"times={times!r} must be an int >= 1, or None for no limit")
+        if once:
+            if times not in (None, 1):
+                raise ValueError(f"once=True means times=1; got times={times!r} as well")
+            times = 1
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise TypeError(f"priority={priority!r} must be an int (higher runs first)")
 
-        def subscribe(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-            self.add(
-                pattern, fn, name=name, once=once, timeout=timeout, retries=retries, errors=errors
+        def subscribe(fn: Callable[[Any], Any]) -> Listener:
+            return self.add(
+                pattern,
+                fn,
+                name=name,
+                times=times,
+                timeout=timeout,
+                retries=retries,
+                errors=errors,
+                priority=priority,
             )
-            return fn
 
         return subscribe
 
@@ -102,10 +165,11 @@ class ListenerTable:
         fn: Callable[[Any], Any],
         *,
         name: str | None,
-        once: bool,
+        times: int | None,
         timeout: float | None,
         retries: int,
         errors: ErrorPolicy | None,
+        priority: int,
     ) -> Listener:
         """Subscribe *fn* to an already validated *pattern*."""
         if not callable(fn):
@@ -124,17 +188,31 @@ class ListenerTable:
             name=lname,
             pattern=pattern,
             is_async=is_async,
-            once=once,
+            times=times,
             timeout=timeout,
             retries=retries,
             errors=errors,
+            priority=priority,
             seq=next(self._seq),
             segments=compile_pattern(pattern),
         )
+        if self.wrap is not None:
+            sub.call = self.wrap(sub)
         self._subs.append(sub)
         self._names[lname] = sub
         self.invalidate()
+        self._per_pattern[pattern] += 1
+        self._check_leak(pattern)
         return sub
+
+    def _check_leak(self, pattern: str) -> None:
+        limit, n = self.max_listeners, self._per_pattern[pattern]
+        if not limit or n <= limit or pattern in self._warned:
+            return
+        self._warned.add(pattern)
+        warnings.warn(
+            MaxListenersExceededWarning(pattern, n, limit), stacklevel=_caller_stacklevel()
+        )
 
     def remove_matching(self, event: type[Event] | str, listener: Callable[..., Any] | str) -> None:
         """Unsubscribe by function or by listener name (``off()``).
@@ -161,6 +239,9 @@ class ListenerTable:
         if self._names.get(sub.name) is sub:
             del self._names[sub.name]
         self.invalidate()
+        self._per_pattern[sub.pattern] -= 1
+        if self._per_pattern[sub.pattern] <= self.max_listeners:
+            self._warned.discard(sub.pattern)  # warn again if it grows past the limit again
 
     def get(self, name: str) -> Listener | None:
         return self._names.get(name)
@@ -189,10 +270,10 @@ class ListenerTable:
                 )
             raise UnknownEventError(name or cls.__qualname__, hint)
         segs = tuple(name.split("."))
-        return Plan(
-            cls,
-            tuple(s for s in self._subs if s.pattern == name or match_segments(s.segments, segs)),
-        )
+        subs = [s for s in self._subs if s.pattern == name or match_segments(s.segments, segs)]
+        if any(s.priority for s in subs):
+            subs.sort(key=_by_priority)  # stable: subscription order among equal priorities
+        return Plan(cls, tuple(subs))
 
     def pattern_of(self, event: type[Event] | str) -> str:
         """The pattern a subscription to *event* uses, validated against the registry."""
@@ -210,3 +291,17 @@ class ListenerTable:
                 raise UnknownEventError(event.__event_name__, "it is declared in another registry")
             return event.__event_name__
         raise TypeError(f"expected an Event subclass or a pattern string, got {event!r}")
+
+
+def _by_priority(sub: Listener) -> int:
+    return -sub.priority
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside this package."""
+    level = 1
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("eventbus."):
+        frame = frame.f_back
+        level += 1
+    return level

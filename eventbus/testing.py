@@ -236,7 +236,7 @@ class FailureCapture:
             wanted = _describe_filters(*_normalize(listener, error_type, event), match)
             raise AssertionError(
                 f"expected exactly one failure {wanted}, found {len(found)}; "
-                f"captured: {describe_records(self.records)}"
+                f"captured: {_describe_records(self.records)}"
             )
         return found[0]
 
@@ -244,7 +244,7 @@ class FailureCapture:
         """:raises AssertionError: if anything was captured, listing it"""
         if self.records:
             raise AssertionError(
-                f"expected no failures; captured: {describe_records(self.records)}"
+                f"expected no failures; captured: {_describe_records(self.records)}"
             )
 
 
@@ -275,7 +275,7 @@ def _describe_filters(*values: object) -> str:
     return f"with {', '.join(parts)}" if parts else "at all"
 
 
-def describe_records(records: list[FailureRecord]) -> str:
+def _describe_records(records: list[FailureRecord]) -> str:
     if not records:
         return "none"
     return "; ".join(
@@ -346,7 +346,7 @@ class UnexpectedFailuresError(AssertionError):
         self.records = records
         super().__init__(
             f"{len(records)} unexpected listener failure{'s' if len(records) != 1 else ''}: "
-            f"{describe_records(records)}; assert them inside 'with capture_failures(bus):' "
+            f"{_describe_records(records)}; assert them inside 'with capture_failures(bus):' "
             "(or through the 'captured_failures' fixture), or mark the test with "
             "@pytest.mark.eventbus_expect_failures"
         )

@@ -44,6 +44,7 @@ from ._triggers import CronTrigger as CronTrigger
 from ._triggers import IntervalTrigger as IntervalTrigger
 from ._triggers import TimeoutTrigger as TimeoutTrigger
 from .backends.local import LocalLock as LocalLock
+from .backends.local import MemoryJobStore as MemoryJobStore
 from .backends.local import MemoryRunStore as MemoryRunStore
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ __all__ = [
     "LocalLock",
     "LockLost",
     "LockLostError",
+    "MemoryJobStore",
     "MemoryRunStore",
     "RedisLock",
     "RunCancelledError",

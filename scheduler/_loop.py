@@ -192,6 +192,12 @@ class Scheduler(JobRegistry):
             fire = job.trigger.next(fire)
         return upcoming
 
+    @property
+    def running(self) -> bool:
+        """Whether the loop runs: between entering ``async with`` and leaving it (or
+        :meth:`aclose`)."""
+        return self._tg is not None
+
     def statistics(self) -> SchedulerStatistics:
         c = self._runner.counters
         return SchedulerStatistics(
@@ -390,6 +396,12 @@ class Scheduler(JobRegistry):
         finally:
             self._tg = self._tasks.tg = None
             self._timetable.clear()
+
+    async def aclose(self) -> None:
+        """Stop as leaving ``async with`` would (the grace period included); nothing if it is
+        not running. Call it from the task that entered: the loop's task group lives there."""
+        if self._tg is not None:
+            await self.__aexit__(None, None, None)
 
     async def run(self) -> None:
         """Run until cancelled (``tg.start_soon(sched.run)`` in the application)."""

@@ -2,7 +2,8 @@
 
 Pairs: :class:`Lock` with ``LocalLock`` and ``RedisLock``; :class:`RunStore` with
 ``MemoryRunStore`` and ``SqlRunStore``; :class:`Clock` with ``SystemClock`` and
-``VirtualClock``; :class:`JobSource` with ``SqlJobStore``.
+``VirtualClock``; :class:`JobStore` (a :class:`JobSource`) with ``MemoryJobStore`` and
+``SqlJobStore``. Every lock and store is an async context manager with ``aclose()``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 from ._jobs import JobDefinition
 from ._records import RunRecord, RunStatus
 
-__all__ = ["Clock", "JobSource", "Lease", "Lock", "RunStore"]
+__all__ = ["Clock", "JobSource", "JobStore", "Lease", "Lock", "RunStore"]
 
 
 @runtime_checkable
@@ -27,11 +28,17 @@ class Clock(Protocol):
       for lateness (``SystemClock`` has it; ``VirtualClock`` needs none).
     """
 
-    def now(self) -> datetime: ...
+    def now(self) -> datetime:
+        """The current time: aware, in UTC, never earlier than a previous reading."""
+        ...
 
-    async def sleep_until(self, deadline: datetime) -> None: ...
+    async def sleep_until(self, deadline: datetime) -> None:
+        """Return at or after *deadline* by :meth:`now`; cancellable."""
+        ...
 
-    async def sleep(self, seconds: float) -> None: ...
+    async def sleep(self, seconds: float) -> None:
+        """Return after *seconds* by :meth:`now`; cancellable."""
+        ...
 
 
 @runtime_checkable
@@ -44,11 +51,17 @@ class Lease(Protocol):
     """
 
     @property
-    def fence(self) -> int: ...
+    def fence(self) -> int:
+        """The fencing token of this acquisition: larger than every earlier one of the name."""
+        ...
 
-    async def extend(self) -> bool: ...
+    async def extend(self) -> bool:
+        """Reset the lock's TTL if it is still this lease's; whether it was."""
+        ...
 
-    async def release(self) -> bool: ...
+    async def release(self) -> bool:
+        """Free the lock if it is still this lease's; whether it was (``False``: lost)."""
+        ...
 
 
 @runtime_checkable
@@ -64,11 +77,18 @@ class Lock(Protocol):
       ``locked`` skip); ``async settle() -> int``, void what calls whose outcome was unknown
       (a lost reply) may have taken, and return how many remain unresolved. The scheduler
       calls ``settle()`` in the background after a lock error until it returns 0.
+    * Optional: ``async aclose()`` and ``async with``, releasing what the lock holds (never a
+      client it was given); ``LocalLock`` and ``RedisLock`` have both. The scheduler does not
+      own its lock, so it never closes one.
     """
 
-    async def acquire(self, name: str, *, ttl: float) -> Lease | None: ...
+    async def acquire(self, name: str, *, ttl: float) -> Lease | None:
+        """Take the lock of *name* for *ttl* seconds without waiting; ``None`` if it is held."""
+        ...
 
-    async def claim_fire(self, name: str, fire: datetime, *, ttl: float) -> bool: ...
+    async def claim_fire(self, name: str, fire: datetime, *, ttl: float) -> bool:
+        """Claim the fire of *name* at *fire*; ``True`` for one caller within *ttl* seconds."""
+        ...
 
 
 @runtime_checkable
@@ -83,23 +103,41 @@ class RunStore(Protocol):
     * ``last_scheduled(task)`` is the latest ``scheduled_at`` of the task's records, whatever
       their status (catch-up after downtime starts after it), or ``None``.
     * Queries return newest first.
+    * ``aclose()`` releases what the store built (an engine from a URL), never what it was
+      given. (The stores of this package are also async context managers that close on exit.)
     """
 
-    async def add(self, record: RunRecord) -> None: ...
+    async def add(self, record: RunRecord) -> None:
+        """Insert *record* (a new run id)."""
+        ...
 
-    async def update(self, record: RunRecord) -> None: ...
+    async def update(self, record: RunRecord) -> None:
+        """Replace the record of the same id."""
+        ...
 
-    async def checkpoint(self, run_id: str, cursor: Any) -> None: ...
+    async def checkpoint(self, run_id: str, cursor: Any) -> None:
+        """Store *cursor* (JSON-able) as the progress of run *run_id*."""
+        ...
 
-    async def touch(self, run_id: str, expires_at: datetime) -> None: ...
+    async def touch(self, run_id: str, expires_at: datetime) -> None:
+        """Move the expiry of running run *run_id* (its lock was renewed)."""
+        ...
 
-    async def resume_cursor(self, task_name: str) -> Any: ...
+    async def resume_cursor(self, task_name: str) -> Any:
+        """The cursor to resume from: the latest finished run's, if it failed or was abandoned."""
+        ...
 
-    async def abandon_stale(self, task_name: str, now: datetime) -> int: ...
+    async def abandon_stale(self, task_name: str, now: datetime) -> int:
+        """Mark running rows of *task_name* that expired before *now* abandoned; how many."""
+        ...
 
-    async def last_scheduled(self, task_name: str) -> datetime | None: ...
+    async def last_scheduled(self, task_name: str) -> datetime | None:
+        """The latest ``scheduled_at`` of *task_name*'s records, whatever their status."""
+        ...
 
-    async def get(self, run_id: str) -> RunRecord | None: ...
+    async def get(self, run_id: str) -> RunRecord | None:
+        """The record of *run_id*, or ``None``."""
+        ...
 
     async def query(
         self,
@@ -107,9 +145,13 @@ class RunStore(Protocol):
         task_name: str | None = None,
         status: RunStatus | None = None,
         limit: int | None = 100,
-    ) -> list[RunRecord]: ...
+    ) -> list[RunRecord]:
+        """Records matching every given filter, newest first, at most *limit*."""
+        ...
 
-    async def aclose(self) -> None: ...
+    async def aclose(self) -> None:
+        """Release what the store built; records stay where they are kept."""
+        ...
 
 
 @runtime_checkable
@@ -122,4 +164,36 @@ class JobSource(Protocol):
       fire of a job loaded from it.
     """
 
-    async def load(self) -> list[JobDefinition]: ...
+    async def load(self) -> list[JobDefinition]:
+        """Every definition, enabled or not, ordered by name."""
+        ...
+
+
+@runtime_checkable
+class JobStore(JobSource, Protocol):
+    """**Protocol:** a :class:`JobSource` that keeps definitions and their paused state.
+
+    * ``put`` inserts or replaces by name; a definition's ``paused`` is stored with it.
+    * Several schedulers (replicas) may share one store: each reads it on its own.
+    * ``aclose()`` releases what the store built, never what it was given.
+    """
+
+    async def put(self, definition: JobDefinition) -> None:
+        """Insert or replace the definition of that name."""
+        ...
+
+    async def delete(self, name: str) -> bool:
+        """Delete the definition *name*; whether there was one."""
+        ...
+
+    async def set_paused(self, name: str, paused: bool) -> bool:
+        """Store the paused state of definition *name*; whether it exists."""
+        ...
+
+    async def is_paused(self, name: str) -> bool | None:
+        """The stored paused state of definition *name*; ``None`` if there is none."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what the store built; definitions stay where they are kept."""
+        ...

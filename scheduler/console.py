@@ -36,40 +36,40 @@ from ._records import RunRecord, RunStatus
 
 __all__ = ["JobsPage", "RunsPage", "scheduler_pages"]
 
-TEMPLATES = ("scheduler", "console_templates")
-STATUSES: tuple[str, ...] = get_args(RunStatus)
-PER_PAGE = 50
-MAX_RUNS = 5_000
-CHART_RUNS = 60
-NEXT_FIRES = 3
+_TEMPLATES = ("scheduler", "console_templates")
+_STATUSES: tuple[str, ...] = get_args(RunStatus)
+_PER_PAGE = 50
+_MAX_RUNS = 5_000
+_CHART_RUNS = 60
+_NEXT_FIRES = 3
 
 
-def run_duration(run: RunRecord) -> float | None:
+def _run_duration(run: RunRecord) -> float | None:
     """Seconds from start to finish, or ``None`` while it runs."""
     if run.finished_at is None:
         return None
     return max(0.0, (run.finished_at - run.started_at).total_seconds())
 
 
-def run_outcome(run: RunRecord) -> str:
+def _run_outcome(run: RunRecord) -> str:
     """One line: the status, and the error or the reason of a skip."""
     if run.status == "succeeded":
         return "succeeded"
     return f"{run.status}: {run.error}" if run.error else run.status
 
 
-def runs_chart(runs: Sequence[RunRecord], *, label: str) -> Any:
+def _runs_chart(runs: Sequence[RunRecord], *, label: str) -> Any:
     """A bar per run, oldest on the left: its duration, coloured by its outcome."""
     bars = []
     for run in sorted(runs, key=lambda r: r.started_at):
-        seconds = run_duration(run) or 0.0
+        seconds = _run_duration(run) or 0.0
         shown = f"{seconds:.3f} s" if run.finished_at else "still running"
         bars.append(
             Bar(
                 "",
                 {run.status: seconds},
                 f"{run.task_name} at {run.started_at:%Y-%m-%d %H:%M:%S} UTC ({run.trigger}): "
-                f"{run_outcome(run)}, {shown}",
+                f"{_run_outcome(run)}, {shown}",
             )
         )
     return bar_chart(bars, label=label, unit=" s")
@@ -80,7 +80,7 @@ class JobsPage:
 
     slug = "jobs"
     title = "Jobs"
-    templates: tuple[str, str] | None = TEMPLATES
+    templates: tuple[str, str] | None = _TEMPLATES
 
     def __init__(self, sched: Scheduler) -> None:
         self.sched = sched
@@ -117,14 +117,14 @@ class JobsPage:
     async def _rows(self) -> list[dict[str, Any]]:
         rows = []
         for job in self.sched.jobs():
-            fires = self.sched.next_fire_times(job.name, NEXT_FIRES)
+            fires = self.sched.next_fire_times(job.name, _NEXT_FIRES)
             rows.append(
                 {
                     "job": job,
                     "paused": await self.sched.is_paused(job),
                     "fires": [(f, f.astimezone(UTC)) for f in fires],
                     "last": job.last_run,
-                    "last_duration": run_duration(job.last_run) if job.last_run else None,
+                    "last_duration": _run_duration(job.last_run) if job.last_run else None,
                 }
             )
         return rows
@@ -141,7 +141,7 @@ class JobsPage:
 
     async def detail(self, request: PageRequest) -> Response:
         job = self._job(request)
-        runs = await self.sched.runs.query(task_name=job.name, limit=CHART_RUNS)
+        runs = await self.sched.runs.query(task_name=job.name, limit=_CHART_RUNS)
         fires = self.sched.next_fire_times(job.name, 10)
         return request.render(
             "scheduler_job.html",
@@ -149,8 +149,8 @@ class JobsPage:
             paused=await self.sched.is_paused(job),
             fires=[(f, f.astimezone(UTC)) for f in fires],
             runs=runs,
-            durations={r.id: run_duration(r) for r in runs},
-            chart=runs_chart(runs, label=f"Duration of the last {len(runs)} runs of {job.name}")
+            durations={r.id: _run_duration(r) for r in runs},
+            chart=_runs_chart(runs, label=f"Duration of the last {len(runs)} runs of {job.name}")
             if runs
             else None,
         )
@@ -158,10 +158,10 @@ class JobsPage:
     async def trigger(self, request: PageRequest) -> Done:
         job = self._job(request)
         run = await self.sched.trigger(job.name)
-        seconds = run_duration(run)
+        seconds = _run_duration(run)
         took = f" in {seconds:.2f} s" if seconds is not None else ""
         return Done(
-            f"Ran {job.name} now: {run_outcome(run)}{took}.",
+            f"Ran {job.name} now: {_run_outcome(run)}{took}.",
             target=job.name,
             back=request.url(f"/jobs/{job.name}"),
         )
@@ -192,7 +192,7 @@ class RunsPage:
 
     slug = "runs"
     title = "Runs"
-    templates: tuple[str, str] | None = TEMPLATES
+    templates: tuple[str, str] | None = _TEMPLATES
 
     def __init__(self, sched: Scheduler) -> None:
         self.sched = sched
@@ -205,7 +205,7 @@ class RunsPage:
 
     async def panel(self, request: PageRequest) -> Panel:
         since = datetime.now(UTC) - timedelta(hours=24)
-        recent = [r for r in await self.sched.runs.query(limit=MAX_RUNS) if r.started_at >= since]
+        recent = [r for r in await self.sched.runs.query(limit=_MAX_RUNS) if r.started_at >= since]
         counts = Counter(r.status for r in recent)
         return Panel(
             title=self.title,
@@ -222,32 +222,32 @@ class RunsPage:
             errors.append(f"job is {len(job)} characters long; at most 200")
             job = None
         status = q.get("status") or None
-        if status is not None and status not in STATUSES:
-            errors.append(f"status must be one of {', '.join(STATUSES)}, not {status[:40]!r}")
+        if status is not None and status not in _STATUSES:
+            errors.append(f"status must be one of {', '.join(_STATUSES)}, not {status[:40]!r}")
             status = None
-        page = parse_int(q.get("page"), "page", 1, MAX_RUNS // PER_PAGE, errors) or 1
+        page = parse_int(q.get("page"), "page", 1, _MAX_RUNS // _PER_PAGE, errors) or 1
         runs: list[RunRecord] = []
         if not errors:
             runs = await self.sched.runs.query(
                 task_name=job,
                 status=status,  # type: ignore[arg-type]  # checked against RunStatus above
-                limit=page * PER_PAGE + 1,
+                limit=page * _PER_PAGE + 1,
             )
-        start = (page - 1) * PER_PAGE
-        shown = runs[start : start + PER_PAGE]
+        start = (page - 1) * _PER_PAGE
+        shown = runs[start : start + _PER_PAGE]
         query = {"job": job or "", "status": status or ""}
-        chart_runs = runs[:CHART_RUNS] if page == 1 else shown
+        chart_runs = runs[:_CHART_RUNS] if page == 1 else shown
         return request.render(
             "scheduler_runs.html",
             status=400 if errors else 200,
             errors=errors,
             runs=shown,
-            durations={r.id: run_duration(r) for r in shown},
+            durations={r.id: _run_duration(r) for r in shown},
             jobs=[j.name for j in self.sched.jobs()],
-            statuses=STATUSES,
+            statuses=_STATUSES,
             form=query,
             first=start + 1,
-            chart=runs_chart(
+            chart=_runs_chart(
                 chart_runs,
                 label=f"Duration and outcome of {len(chart_runs)} runs, oldest on the left",
             )
@@ -256,7 +256,7 @@ class RunsPage:
             prev_url=request.url("/runs", **query, page=page - 1) if page > 1 else None,
             next_url=(
                 request.url("/runs", **query, page=page + 1)
-                if len(runs) > start + PER_PAGE
+                if len(runs) > start + _PER_PAGE
                 else None
             ),
         )

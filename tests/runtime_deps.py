@@ -27,6 +27,7 @@ NEEDS_EXTRA = {
     "domain.web": "needs the 'web' extra (starlette, uvicorn)",
     "eventbus.console": "needs the 'web' extra (starlette, jinja2, itsdangerous)",
     "scheduler.console": "needs the 'web' extra (starlette, jinja2)",
+    "eventbus.interop.opentelemetry": "needs the 'otel' extra (opentelemetry-api)",
     "eventbus.pytest_plugin": "needs pytest; pytest loads it through its entry point",
 }
 

@@ -5,16 +5,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from anyio.abc import AsyncResource
 from anyio.lowlevel import checkpoint
 
+from .._public import shown_as_domain
 from ..abc import Hit, StoreLoss
 from . import bucket_of
 
 __all__ = ["MemoryCounterStore"]
 
 
-class MemoryCounterStore:
+class MemoryCounterStore(AsyncResource):
     """Keeps pending and staged counts in dicts; lost with the process (one process only).
+
+    Closing it keeps the counts (there is nothing to release).
 
     :param buckets: number of pending shards per counter (``id % buckets``)
     :param clock: monotonic seconds for the dedupe window (inject a fake one in tests)
@@ -93,3 +97,10 @@ class MemoryCounterStore:
 
     def on_loss(self, callback: Callable[[StoreLoss], None]) -> None:
         """Nothing to detect: the counts live and die with the process (never called)."""
+
+    async def aclose(self) -> None:
+        """Nothing to release (a checkpoint)."""
+        await checkpoint()
+
+
+shown_as_domain(MemoryCounterStore)

@@ -35,6 +35,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
+from anyio.abc import AsyncResource
+from anyio.lowlevel import checkpoint
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -185,7 +187,7 @@ def connect(
     return Redis.from_pool(pool)
 
 
-class RedisCounterStore:
+class RedisCounterStore(AsyncResource):
     """Counts in Redis, shared by every replica; one primary (the scripts touch several keys).
 
     Detects a loss of its data (see the module docstring) at the next ``record()`` or
@@ -193,7 +195,7 @@ class RedisCounterStore:
     ERROR itself).
 
     :param redis: a client with ``decode_responses=True`` (see :func:`connect`); never closed
-        by this store
+        by this store (:meth:`aclose` releases nothing)
     :param buckets: pending shards per counter, keeping each hash small for HGETALL/RENAME
     :param prefix: key prefix
     """
@@ -266,6 +268,10 @@ class RedisCounterStore:
         p = self._p(counter)
         return _parse(await self._read(keys=[f"{p}pending:{b}" for b in range(self.buckets)]))
 
+    async def aclose(self) -> None:
+        """Nothing to release: the client is the caller's (a checkpoint)."""
+        await checkpoint()
+
     async def _observe(
         self, counter: str, epoch: str, lost: int, pending: int, staged: int
     ) -> None:
@@ -337,7 +343,7 @@ async def check_redis_durability(
         persistence = await redis.info("persistence")
         memory = await redis.info("memory")
     except ResponseError as exc:  # INFO itself refused (a restricted proxy or ACL)
-        log.warning("could not check the durability of Redis at %s: %s", where(redis), exc)
+        log.warning("could not check the durability of Redis at %s: %s", _where(redis), exc)
         return []
     risks = []
     if not int(persistence.get("aof_enabled", 0)):
@@ -360,7 +366,7 @@ async def check_redis_durability(
             "Redis at %s can lose %s: %s; enable 'appendonly yes' and "
             "'maxmemory-policy noeviction', or accept that a restart loses them (the counters "
             "report such a loss at ERROR and as a counts.lost event)",
-            where(redis),
+            _where(redis),
             at_risk,
             "; ".join(risks),
         )
@@ -376,7 +382,7 @@ async def _save_schedule(redis: Redis) -> str | None:
     return str(config.get("save") or "").strip()
 
 
-def where(redis: Redis) -> str:
+def _where(redis: Redis) -> str:
     """``host:port/db`` of a client, never its password."""
     kw = redis.connection_pool.connection_kwargs
     if "path" in kw:

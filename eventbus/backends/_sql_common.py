@@ -1,5 +1,6 @@
 """SQL plumbing shared by every package's stores: the ``--db`` rule, one engine builder, one
-UTC timestamp column type, and URLs with their password masked for messages.
+UTC timestamp column type, URLs with their password masked for messages, and the in-place
+migration that adds a newer version's columns to a table users already have.
 
 Written once here, in the lowest package that needs it, and re-exported by
 :mod:`eventbus.backends.sql`; ``scheduler`` and ``domain`` use it from there.
@@ -7,6 +8,7 @@ Written once here, in the lowest package that needs it, and re-exported by
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from datetime import UTC, datetime
@@ -18,7 +20,16 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-__all__ = ["UTCDateTime", "database_url", "make_engine", "redact_url"]
+__all__ = [
+    "UTCDateTime",
+    "add_missing_columns",
+    "database_url",
+    "make_engine",
+    "missing_columns",
+    "redact_url",
+]
+
+logger = logging.getLogger("eventbus.sql")
 
 #: What a message suggests when a URL cannot be used.
 _EXAMPLES = "use e.g. 'sqlite+aiosqlite:///app.db', 'postgresql+asyncpg://user@host/db' or a path"
@@ -164,3 +175,47 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def missing_columns(conn: sa.Connection, table: sa.Table) -> set[str]:
+    """Columns of *table*'s definition that the database's table lacks (none if it is missing:
+    reading it then fails with the database's own error). For ``conn.run_sync``."""
+    inspector = sa.inspect(conn)
+    if not inspector.has_table(table.name, schema=table.schema):
+        return set()
+    present = {c["name"] for c in inspector.get_columns(table.name, schema=table.schema)}
+    return {c.name for c in table.columns if c.name not in present}
+
+
+def add_missing_columns(conn: sa.Connection, table: sa.Table) -> list[str]:
+    """Create *table* if it does not exist; else add the columns and indexes it lacks.
+
+    Changes are additive only: each added column must be nullable (``NULL`` reads as "not
+    known" in rows written before), so a replica of the older version keeps working beside
+    one of the newer. Each column added is logged at WARNING. Replicas may race: indexes are
+    created ``IF NOT EXISTS``, and so are columns on PostgreSQL; on SQLite a lost race fails
+    with "duplicate column", and trying again finds nothing to add. For ``conn.run_sync``.
+
+    :return: the names of the columns added
+    :raises ValueError: naming the column, for a missing column that is not nullable
+    """
+    table.create(conn, checkfirst=True)
+    quote = conn.dialect.identifier_preparer.quote
+    added = []
+    for name in sorted(missing_columns(conn, table)):
+        column = table.c[name]
+        if not column.nullable:
+            raise ValueError(
+                f"{table.name}.{name} is missing and not nullable, so it cannot be added in "
+                "place; migrate the table by hand"
+            )
+        kind = column.type.compile(dialect=conn.dialect)
+        exists = " IF NOT EXISTS" if conn.dialect.name == "postgresql" else ""
+        conn.execute(
+            sa.text(f"ALTER TABLE {quote(table.name)} ADD COLUMN{exists} {quote(name)} {kind}")
+        )
+        logger.warning("added column %s.%s to the existing table", table.name, name)
+        added.append(name)
+    for index in table.indexes:
+        conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
+    return added

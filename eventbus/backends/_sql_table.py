@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .._failures import FailureRecord, FailureStatus
-from ._sql_common import UTCDateTime
+from ._sql_common import UTCDateTime, add_missing_columns
 
 __all__ = [
     "DEFAULT_TABLE",
@@ -60,7 +60,11 @@ def failure_table(name: str = DEFAULT_TABLE, meta: sa.MetaData | None = None) ->
         sa.Column("last_failed_at", UTCDateTime(), nullable=False),
         sa.Column("resolved_at", UTCDateTime(), nullable=True),
         sa.Column("note", sa.Text(), nullable=True),
+        # added after the first release: nullable, added in place (add_missing_columns)
+        sa.Column("causation_id", sa.String(64), nullable=True),
+        sa.Column("correlation_id", sa.String(64), nullable=True),
         sa.Index(f"ix_{name}_status_seq", "status", "seq"),
+        sa.Index(f"ix_{name}_correlation_seq", "correlation_id", "seq"),
         sa.Index(f"ix_{name}_event_seq", "event_name", "seq"),
         sa.Index(f"ix_{name}_listener_seq", "listener", "seq"),
         sa.Index(f"ix_{name}_last_failed_at", "last_failed_at"),
@@ -72,13 +76,15 @@ failures_table = failure_table(DEFAULT_TABLE, metadata)
 
 
 async def create_tables(engine: AsyncEngine) -> None:
-    """Create the tables in :data:`metadata` that do not exist yet (``eventbus_failures``).
+    """Create the tables in :data:`metadata` that do not exist yet (``eventbus_failures``), and
+    add to existing ones the columns and indexes a newer version added (in place).
 
-    The store also creates its table lazily; call this from deployment code when the
-    application's database user may not run DDL at runtime (then pass ``create_table=False``).
+    The store also does this lazily; call it from deployment code when the application's
+    database user may not run DDL at runtime (then pass ``create_table=False``).
     """
     async with engine.begin() as conn:
-        await conn.run_sync(metadata.create_all, checkfirst=True)
+        for table in metadata.sorted_tables:
+            await conn.run_sync(add_missing_columns, table)
 
 
 def _utc(value: datetime) -> datetime:
@@ -105,6 +111,8 @@ def _row(rec: FailureRecord) -> dict[str, Any]:
         "last_failed_at": _utc(rec.last_failed_at),
         "resolved_at": None if rec.resolved_at is None else _utc(rec.resolved_at),
         "note": rec.note,
+        "causation_id": rec.causation_id,
+        "correlation_id": rec.correlation_id,
     }
 
 
@@ -126,4 +134,6 @@ def _record(row: Any) -> FailureRecord:
         last_failed_at=_utc(row["last_failed_at"]),
         resolved_at=None if resolved is None else _utc(resolved),
         note=row["note"],
+        causation_id=row.get("causation_id"),
+        correlation_id=row.get("correlation_id"),
     )

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .._failures import FailureRecord
 from .._log_limit import LogLimiter
-from ._sql_common import describe_error
+from ._sql_common import add_missing_columns, describe_error
 from ._sql_insert import BatchInsert
 from ._sql_spill import SpillBacklog, SpillFile
 
@@ -208,7 +208,7 @@ class FailureWriter:
             if self._create_table and not self._table_ready:
                 try:
                     async with self.engine.begin() as conn:
-                        await conn.run_sync(self.table.create, checkfirst=True)
+                        await conn.run_sync(add_missing_columns, self.table)
                 except Exception as exc:  # locked, unreachable, read-only: an outage
                     await self._back_off(exc)
                     return True

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from anyio.abc import TaskGroup
+from anyio.abc import AsyncResource, TaskGroup
 from anyio.lowlevel import checkpoint
 
 from .._failures import FailureRecord, FailureStatus
@@ -15,8 +15,11 @@ __all__ = ["MemoryFailureStore"]
 logger = logging.getLogger("eventbus.failures")
 
 
-class MemoryFailureStore:
+class MemoryFailureStore(AsyncResource):
     """Keeps failures in a dict, in insertion order; lost with the process.
+
+    ``async with store:`` returns the store and closes it on exit (closing keeps the records:
+    they stay queryable).
 
     :param max_records: oldest records are evicted beyond this many (``None``: unbounded);
         each record was logged at ERROR when it was made, and evictions are logged at WARNING
@@ -57,6 +60,7 @@ class MemoryFailureStore:
         await checkpoint()
 
     async def aclose(self) -> None:
+        """Nothing to flush or release (a checkpoint)."""
         await checkpoint()
 
     async def query(
@@ -67,6 +71,7 @@ class MemoryFailureStore:
         listener: str | None = None,
         since: datetime | None = None,
         limit: int | None = 100,
+        correlation: str | None = None,
     ) -> list[FailureRecord]:
         await checkpoint()
         out: list[FailureRecord] = []
@@ -78,6 +83,8 @@ class MemoryFailureStore:
             if listener is not None and rec.listener != listener:
                 continue
             if since is not None and rec.last_failed_at < since:
+                continue
+            if correlation is not None and rec.correlation_id != correlation:
                 continue
             out.append(rec)
             if limit is not None and len(out) >= limit:

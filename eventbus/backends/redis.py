@@ -18,6 +18,7 @@ from redis.exceptions import ResponseError
 from .._exceptions import EventBusError
 
 __all__ = [
+    "MIN_VERSION",
     "RedisServerInfo",
     "UnsafeRedisError",
     "check_redis_server",

@@ -15,7 +15,7 @@ import os
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import sqlalchemy as sa
 from anyio.abc import TaskGroup
@@ -24,8 +24,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .._failures import FailureRecord, FailureStatus
 from ._sql_common import UTCDateTime as UTCDateTime
+from ._sql_common import add_missing_columns as add_missing_columns
 from ._sql_common import database_url as database_url
 from ._sql_common import make_engine as make_engine
+from ._sql_common import missing_columns as missing_columns
 from ._sql_common import redact_url as redact_url
 from ._sql_spill import SpillFile, default_spill_path
 from ._sql_table import DEFAULT_TABLE as DEFAULT_TABLE
@@ -41,6 +43,7 @@ __all__ = [
     "SqlFailureStore",
     "SqlStoreStatistics",
     "UTCDateTime",
+    "add_missing_columns",
     "create_tables",
     "database_url",
     "default_db_url",
@@ -48,12 +51,22 @@ __all__ = [
     "failures_table",
     "make_engine",
     "metadata",
+    "missing_columns",
     "redact_url",
 ]
 
 # The schema and the shared plumbing live in private modules; reprs and tracebacks show the
 # path users import from.
-for _obj in (UTCDateTime, create_tables, database_url, failure_table, make_engine, redact_url):
+for _obj in (
+    UTCDateTime,
+    add_missing_columns,
+    create_tables,
+    database_url,
+    failure_table,
+    make_engine,
+    missing_columns,
+    redact_url,
+):
     _obj.__module__ = __name__
 del _obj
 
@@ -117,7 +130,10 @@ class SqlFailureStore:
     :param max_backoff: longest delay between write attempts
     :param close_timeout: how long :meth:`aclose` waits for an unavailable database before
         moving the unwritten records to the spill file
-    :param create_table: create the table (if missing) before the first write
+    :param create_table: create the table (if missing) before the first write, and add to
+        an existing one the columns a newer version added (``causation_id``,
+        ``correlation_id``); without it, a table that lacks them is read as it is (they read
+        as ``None``) and :func:`create_tables` adds them at deployment
     :param busy_timeout: the writer's patience with a SQLite file another connection holds
         write-locked, in seconds (an engine built from a URL); past it, the store reports an
         outage and retries with backoff
@@ -153,6 +169,8 @@ class SqlFailureStore:
             url = engine_or_url or default_db_url()
             self.engine, self._owns_engine = make_engine(url, busy_timeout=busy_timeout), True
         self.table = failures_table if table == DEFAULT_TABLE else failure_table(table)
+        self._create_table = create_table
+        self._absent: set[str] | None = None  # columns the table lacks (create_table=False)
         self.spill_path = (
             Path(spill_path).absolute()
             if spill_path is not None
@@ -262,11 +280,16 @@ class SqlFailureStore:
         listener: str | None = None,
         since: datetime | None = None,
         limit: int | None = 100,
+        correlation: str | None = None,
     ) -> list[FailureRecord]:
-        """Records matching every given filter, newest first; *since* compares the last failure."""
+        """Records matching every given filter, newest first; *since* compares the last failure;
+        *correlation* is a correlation id (one chain of causes)."""
         await self.flush()
         c = self.table.c
-        stmt = sa.select(self.table).order_by(c.seq.desc())
+        columns = await self._columns()
+        if correlation is not None and c.correlation_id not in columns:
+            return []  # a table of the older version: no row knows its chain
+        stmt = sa.select(*columns).order_by(c.seq.desc())
         if status is not None:
             stmt = stmt.where(c.status == FailureStatus(status).value)
         if event is not None:
@@ -275,6 +298,8 @@ class SqlFailureStore:
             stmt = stmt.where(c.listener == listener)
         if since is not None:
             stmt = stmt.where(c.last_failed_at >= _utc(since))
+        if correlation is not None:
+            stmt = stmt.where(c.correlation_id == correlation)
         if limit is not None:
             stmt = stmt.limit(limit)
         async with self.engine.connect() as conn:
@@ -283,13 +308,20 @@ class SqlFailureStore:
 
     async def get(self, failure_id: str) -> FailureRecord | None:
         await self.flush()
+        stmt = sa.select(*await self._columns()).where(self.table.c.id == failure_id)
         async with self.engine.connect() as conn:
-            row = (
-                (await conn.execute(sa.select(self.table).where(self.table.c.id == failure_id)))
-                .mappings()
-                .first()
-            )
+            row = (await conn.execute(stmt)).mappings().first()
         return None if row is None else _record(row)
+
+    async def _columns(self) -> list[sa.Column[Any]]:
+        """The table's columns that the database has: all, unless the store may not migrate
+        it (``create_table=False``) and it is of an older version."""
+        if self._create_table:
+            return list(self.table.columns)
+        if self._absent is None:
+            async with self.engine.connect() as conn:
+                self._absent = await conn.run_sync(missing_columns, self.table)
+        return [c for c in self.table.columns if c.name not in self._absent]
 
     async def update(self, failure: FailureRecord) -> None:
         """Replace the stored record of the same id.
@@ -297,8 +329,8 @@ class SqlFailureStore:
         :raises KeyError: if no record has that id
         """
         await self.flush()
-        values = _row(failure)
-        del values["id"]
+        present = {c.name for c in await self._columns()}
+        values = {k: v for k, v in _row(failure).items() if k in present and k != "id"}
         async with self.engine.begin() as conn:
             result = await conn.execute(
                 sa.update(self.table).where(self.table.c.id == failure.id).values(**values)

@@ -19,10 +19,13 @@ from starlette.datastructures import FormData, QueryParams
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from .._exceptions import EventBusError
+
 if TYPE_CHECKING:
     import jinja2
 
     from ._security import Session
+
 
 __all__ = [
     "Action",
@@ -35,7 +38,7 @@ __all__ = [
 ]
 
 
-class ActionError(Exception):
+class ActionError(EventBusError):
     """Raised by an action (or a view) for input the user must change: shown as a 400 page
     with *message*, or *status* (404 for something that does not exist)."""
 

@@ -23,6 +23,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .._exceptions import EventBusError
+
 __all__ = [
     "AuthCallable",
     "LoginSecretError",
@@ -56,7 +58,7 @@ SECURITY_HEADERS = {
 }
 
 
-class LoginSecretError(ValueError):
+class LoginSecretError(EventBusError, ValueError):
     """A console login secret that is too weak to guard actions on the bus."""
 
     def __init__(self, problem: str) -> None:

@@ -1,4 +1,5 @@
-"""In-process lock and run store: the embedded defaults, and verified fakes for tests."""
+"""In-process lock, run store and job store: the embedded defaults, and verified fakes of the
+Redis and SQL ones (they pass the same conformance suites)."""
 
 from __future__ import annotations
 
@@ -6,21 +7,26 @@ import itertools
 import os
 import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from anyio.abc import AsyncResource
+from anyio.lowlevel import checkpoint
+
+from .._jobs import JobDefinition
 from .._records import RunRecord, RunStatus, abandoned_error
 
-__all__ = ["LocalLease", "LocalLock", "MemoryRunStore"]
+__all__ = ["LocalLease", "LocalLock", "MemoryJobStore", "MemoryRunStore"]
 
 
-class LocalLock:
+class LocalLock(AsyncResource):
     """A lock for the schedulers of one process (several may share it, as replicas would).
 
     Expiry follows ``now`` (default: the system clock); pass the scheduler's clock so that
-    virtual-time tests can let a lock expire.
+    virtual-time tests can let a lock expire. ``async with`` and :meth:`aclose` are there for
+    symmetry with :class:`~scheduler.RedisLock`: it holds no resource.
 
     :param now: a zero-argument function returning an aware UTC datetime
     :param owner: written into every token, as :class:`~scheduler.RedisLock` does (default
@@ -72,6 +78,10 @@ class LocalLock:
     def _owned(self, name: str, token: str) -> bool:
         return self._token(name) == token
 
+    async def aclose(self) -> None:
+        """Nothing to release: leases held stay held until released or expired."""
+        await checkpoint()
+
 
 class LocalLease:
     """One acquisition of a :class:`LocalLock`."""
@@ -103,10 +113,11 @@ class LocalLease:
         return True
 
 
-class MemoryRunStore:
+class MemoryRunStore(AsyncResource):
     """The run table in a dict: for one process, and as the verified fake of ``SqlRunStore``.
 
-    Records are immutable; the store keeps insertion order, which is start order.
+    Records are immutable; the store keeps insertion order, which is start order. Closing it
+    keeps the records.
     """
 
     def __init__(self) -> None:
@@ -179,4 +190,53 @@ class MemoryRunStore:
         return out if limit is None else out[:limit]
 
     async def aclose(self) -> None:
-        pass
+        """Nothing to release (a checkpoint)."""
+        await checkpoint()
+
+
+class MemoryJobStore(AsyncResource):
+    """Job definitions in a dict: for one process, and as the verified fake of ``SqlJobStore``.
+
+    A :class:`~scheduler.abc.JobStore`; several schedulers of one process may share it, as
+    replicas share a job table. Closing it keeps the definitions.
+    """
+
+    def __init__(self, definitions: Iterable[JobDefinition] = ()) -> None:
+        self._definitions = {d.name: d for d in definitions}
+
+    def __repr__(self) -> str:
+        return f"MemoryJobStore(<{len(self._definitions)} jobs>)"
+
+    async def put(self, definition: JobDefinition) -> None:
+        """Insert or replace the definition of that name."""
+        await checkpoint()
+        self._definitions[definition.name] = definition
+
+    async def delete(self, name: str) -> bool:
+        """Delete the definition *name*; whether there was one."""
+        await checkpoint()
+        return self._definitions.pop(name, None) is not None
+
+    async def load(self) -> list[JobDefinition]:
+        """Every definition, enabled or not, by name."""
+        await checkpoint()
+        return [self._definitions[name] for name in sorted(self._definitions)]
+
+    async def set_paused(self, name: str, paused: bool) -> bool:
+        """Store the paused state of definition *name*; whether it exists."""
+        await checkpoint()
+        definition = self._definitions.get(name)
+        if definition is None:
+            return False
+        self._definitions[name] = replace(definition, paused=paused)
+        return True
+
+    async def is_paused(self, name: str) -> bool | None:
+        """The stored paused state of definition *name*; ``None`` if there is none."""
+        await checkpoint()
+        definition = self._definitions.get(name)
+        return None if definition is None else definition.paused
+
+    async def aclose(self) -> None:
+        """Nothing to release (a checkpoint)."""
+        await checkpoint()

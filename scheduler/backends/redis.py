@@ -35,6 +35,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
 import anyio
+from anyio.abc import AsyncResource
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.lock import Lock as _RedisPyLock
 from redis.asyncio.retry import Retry
@@ -106,10 +107,11 @@ def make_redis_client(
     return Redis.from_pool(pool)
 
 
-class RedisLock:
+class RedisLock(AsyncResource):
     """Mutual exclusion of a job's runs across every replica using the same Redis.
 
-    Ownership: the client is the caller's; this class never closes it.
+    Ownership: the client is the caller's; this class never closes it. :meth:`aclose` (and
+    leaving ``async with``) settles what commands with a lost reply may have taken, once.
 
     A command whose reply is lost (a timeout, a dropped connection, a cancelled call) may
     still run, even after the caller gave up on it: a stalled server runs what is in its
@@ -206,6 +208,18 @@ class RedisLock:
                 "it held the key until now" if held else "it held nothing",
             )
         return len(self._pending)
+
+    async def aclose(self) -> None:
+        """Settle once (see :meth:`settle`, bounded by the client's timeouts); the client stays
+        open. What is still unsettled is logged: its keys expire with their TTL."""
+        left = await self.settle()
+        if left:
+            logger.warning(
+                "%r closed with %d command(s) of unknown outcome not voided; what they may "
+                "have taken expires with its TTL",
+                self,
+                left,
+            )
 
     @property
     def unsettled(self) -> int:

@@ -13,7 +13,9 @@ from datetime import datetime
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import sqlalchemy as sa
+from anyio.abc import AsyncResource
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from eventbus.backends.sql import make_engine
@@ -78,12 +80,12 @@ def _values(record: RunRecord) -> dict[str, Any]:
     }
 
 
-class SqlRunStore:
+class SqlRunStore(AsyncResource):
     """The run table in SQL; every call is one short transaction.
 
     Ownership: an engine passed in is never disposed by the store; one built by
-    :meth:`from_url` is disposed by :meth:`aclose`. Tables are created on first use unless
-    ``create=False``.
+    :meth:`from_url` is disposed by :meth:`aclose` (and on leaving ``async with``). Tables are
+    created on first use unless ``create=False``.
 
     :param engine: an async engine
     :param create: create the tables (if missing) before the first statement
@@ -204,16 +206,20 @@ class SqlRunStore:
         return [_row_to_record(r) for r in rows]
 
     async def aclose(self) -> None:
+        """Dispose the engine if this store built it (:meth:`from_url`)."""
         if self._owns_engine:
             await self.engine.dispose()
+        else:
+            await anyio.lowlevel.checkpoint()
 
 
-class SqlJobStore:
+class SqlJobStore(AsyncResource):
     """Job definitions kept as rows (user reminders), loaded by ``Scheduler`` at start; the
-    paused state of each is kept in its row.
+    paused state of each is kept in its row. A :class:`~scheduler.abc.JobStore`.
 
-    Ownership as :class:`SqlRunStore`: a given engine is never disposed. Tables are created
-    (or given the columns they lack) on first use unless ``create=False``.
+    Ownership as :class:`SqlRunStore`: a given engine is never disposed (so :meth:`aclose`
+    releases nothing). Tables are created (or given the columns they lack) on first use unless
+    ``create=False``.
     """
 
     def __init__(self, engine: AsyncEngine, *, create: bool = True) -> None:
@@ -244,6 +250,7 @@ class SqlJobStore:
                 await conn.execute(jobs_table.insert().values(name=definition.name, **values))
 
     async def delete(self, name: str) -> bool:
+        """Delete the definition *name*; whether there was one."""
         async with await self._begin() as conn:
             result = await conn.execute(jobs_table.delete().where(jobs_table.c.name == name))
         return bool(result.rowcount)
@@ -279,6 +286,10 @@ class SqlJobStore:
         async with await self._begin() as conn:
             row = (await conn.execute(query)).first()
         return None if row is None else bool(row.paused)
+
+    async def aclose(self) -> None:
+        """Nothing to release: the engine is the caller's (a checkpoint)."""
+        await anyio.lowlevel.checkpoint()
 
 
 class _Tables:

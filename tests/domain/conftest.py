@@ -1,7 +1,8 @@
 """Fixtures of the domain tests: a SQLite file per test, counter stores (memory and Redis),
 and the web application (``web``, from the module's own ``config`` fixture) with a client.
 
-Each test module sets ``anyio_backend`` to ``"asyncio"`` itself (SQL and Redis are asyncio-only).
+The domain's services run on SQL and Redis, so its tests run on asyncio (``anyio_backend``
+below); ``test_counters.py`` picks trio with a virtual clock for the in-process window.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
 
 
 @pytest.fixture

@@ -24,11 +24,6 @@ from domain.db import articles
 from eventbus.testing import RecordingListener
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_jobs_run_on_the_production_schedules(engine: AsyncEngine) -> None:
     app = App(engine, counters=MemoryCounterStore())
     plan = {job.name: (job.trigger.cron.expr, job.lock_ttl) for job in app.scheduler.jobs()}  # type: ignore[union-attr]

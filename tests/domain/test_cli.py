@@ -85,10 +85,16 @@ def test_a_password_in_a_url_is_never_echoed(tmp_path: Path) -> None:
         pytest.param(["--db", "nosuchdriver://x/y"], 2,
                      "error: --db 'nosuchdriver://x/y' cannot be used: NoSuchModuleError: ",
                      id="db-url-of-unknown-driver"),
+        pytest.param(["--db", "mysql+aiomysql://u:secret@h/db"], 2,
+                     "error: --db 'mysql+aiomysql://u:***@h/db' needs the driver module "
+                     "'aiomysql', which is not installed", id="db-url-of-a-missing-driver"),
+        pytest.param(["--db", "sqlite:///x.db"], 2,
+                     "error: --db 'sqlite:///x.db' does not name an async driver",
+                     id="db-url-of-a-sync-driver"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line(args: list[str], code: int, message: str) -> None:
-    """Regression test: a bad ``--db`` printed a 201-line traceback."""
+    """Regression test: a bad ``--db`` printed a 201-line traceback (a missing driver: 30)."""
     proc = run("domain", *args)
     assert proc.returncode == code
     assert one_error_line(proc).startswith(message)

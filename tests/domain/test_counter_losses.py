@@ -28,11 +28,6 @@ NO_LOSS = CounterStatistics(buffered=0, lost=0, store_losses=0, lost_in_store=0)
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def client(redis_client: Redis) -> Redis:
     """The counters' client of ``tests/domain/conftest.py``, under a short name."""
     return redis_client

@@ -29,11 +29,6 @@ def _load_script() -> Any:
 bench = _load_script()
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_every_ingestion_case_counts_every_view_it_times(
     engine: AsyncEngine, redis_client: Redis
 ) -> None:

@@ -20,11 +20,6 @@ import domain.web_demo
 from domain.demo import main, run_demo
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def check_summary(out: str, *, scheduler_ran: bool = True) -> None:
     """The summary's figures; *scheduler_ran*: the jobs had their seconds (no early stop)."""
     views = dict(re.findall(r"^(.+?)\s{2,}(\d+)\s+(?:draft|published)$", out, re.M))

@@ -17,8 +17,8 @@ from datetime import UTC, datetime, timedelta
 import anyio
 import pytest
 from anyio.lowlevel import checkpoint
-from sqlalchemy import func, insert, select
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy import func, insert, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from domain.abc import CounterStore
 from domain.db import articles, create_tables, flush_ledger, schedule_records, short_links
@@ -28,17 +28,13 @@ from domain.publishing import Publisher
 from domain.shortlinks import ShortLinks
 from domain.views import ArticleViews
 from eventbus import EventBus
+from tests.domain.pause import Pause
 from tests.domain.test_shortlinks import (
     test_a_string_that_cannot_be_a_code_is_a_miss as test_a_string_that_cannot_be_a_code_is_a_miss,
 )  # collected here again: the same cases on PostgreSQL (this module's ``engine``)
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
 N_ARTICLES = 20
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture
@@ -68,6 +64,27 @@ def engine(engines: Callable[[], AsyncEngine]) -> AsyncEngine:
 async def seed_articles(engine: AsyncEngine, n: int) -> None:
     async with engine.begin() as conn:
         await conn.execute(insert(articles), [{"id": i, "title": f"a{i}"} for i in range(1, n + 1)])
+
+
+async def seed_due(engine: AsyncEngine, n: int) -> None:
+    """Articles 1 to *n* due for publishing, in that order: the rows schedule_publish() would
+    write (see the rescheduling test for why it is not used here: its upsert fails on
+    PostgreSQL from the sixth call on a connection)."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(schedule_records),
+            [
+                {
+                    "target_id": i,
+                    "type": Publisher.type,
+                    "execution_time": T0 + timedelta(seconds=i),
+                    "status": "pending",
+                    "created_at": T0,
+                    "updated_at": T0,
+                }
+                for i in range(1, n + 1)
+            ],
+        )
 
 
 async def pool_codes(engine: AsyncEngine) -> list[str]:
@@ -104,6 +121,60 @@ async def test_two_replicas_refilling_at_once_never_duplicate_a_code(
                 tg.start_soon(functools.partial(links.refill, watermark=60))
         codes = await pool_codes(replicas[0].engine)
     assert len(codes) == len(set(codes)) >= 60
+
+
+# Holds each transaction's second insert into the pool until the test releases advisory lock
+# 4242: every transaction that is inside a refill batch is then between two rows at once.
+HOLD_THE_SECOND_ROW = [
+    """
+CREATE FUNCTION hold_the_second_row() RETURNS trigger AS $$
+BEGIN
+    IF current_setting('eventbus_test.inserted', true) = 'yes' THEN
+        PERFORM pg_advisory_xact_lock_shared(4242);
+    END IF;
+    PERFORM set_config('eventbus_test.inserted', 'yes', true);
+    RETURN NEW;
+END $$ LANGUAGE plpgsql
+""",
+    """
+CREATE TRIGGER hold_the_second_row BEFORE INSERT ON shortlink_pool
+    FOR EACH ROW EXECUTE FUNCTION hold_the_second_row()
+""",
+]
+
+
+async def wait_for_lock_waits(conn: AsyncConnection, n: int) -> None:
+    """Until *n* lock requests wait in the server (it has no event for that: poll ``pg_locks``,
+    a live view, where ``pg_stat_activity`` is a snapshot per transaction)."""
+    query = text("SELECT count(*) FROM pg_locks WHERE NOT granted")
+    while await conn.scalar(query) != n:  # noqa: ASYNC110
+        await anyio.sleep(0.01)
+
+
+async def test_two_refills_drawing_the_same_codes_in_opposite_order_never_deadlock(
+    engines: Callable[[], AsyncEngine],
+) -> None:
+    """Regression test: replica A inserted k1 then waited for k2, which replica B had inserted
+    first and which then waited for k1: "deadlock detected", and one refill failed (1 run in
+    25 of the racing test above). Both batches are now inserted in sorted order."""
+    first, second, holder = engines(), engines(), engines()
+    replicas = [
+        ShortLinks(first, batch=2, code_factory=iter(["k1", "k2"]).__next__),
+        ShortLinks(second, batch=2, code_factory=iter(["k2", "k1"]).__next__),
+    ]
+    with anyio.fail_after(20):
+        async with first.begin() as conn:
+            for statement in HOLD_THE_SECOND_ROW:
+                await conn.exec_driver_sql(statement)
+        async with holder.connect() as gate:
+            await gate.execute(text("SELECT pg_advisory_lock(4242)"))
+            async with anyio.create_task_group() as tg:
+                for links in replicas:
+                    tg.start_soon(functools.partial(links.refill, watermark=2))
+                await wait_for_lock_waits(gate, 2)  # both inside their batch, neither done
+                await gate.execute(text("SELECT pg_advisory_unlock(4242)"))
+        codes = await pool_codes(first)
+    assert sorted(codes) == ["k1", "k2"]
 
 
 async def test_50_creators_racing_for_10_idle_codes_never_share_one(
@@ -154,23 +225,7 @@ async def test_two_publishers_racing_publish_each_article_once(
 
     with anyio.fail_after(30):
         await seed_articles(engine, 40)
-        # The rows schedule_publish() would write (see the rescheduling test for why it is
-        # not used here: its upsert fails on PostgreSQL from the sixth call on a connection).
-        async with engine.begin() as conn:
-            await conn.execute(
-                insert(schedule_records),
-                [
-                    {
-                        "target_id": i,
-                        "type": Publisher.type,
-                        "execution_time": T0 + timedelta(seconds=5),
-                        "status": "pending",
-                        "created_at": T0,
-                        "updated_at": T0,
-                    }
-                    for i in range(1, 41)
-                ],
-            )
+        await seed_due(engine, 40)
         async with anyio.create_task_group() as tg:
             for p in replicas:
                 tg.start_soon(run, p)
@@ -185,7 +240,42 @@ async def test_two_publishers_racing_publish_each_article_once(
     assert sorted(everything) == list(range(1, 41))  # each article once, none missed
     assert sorted(events) == list(range(1, 41))
     assert (published, done) == (40, 40)
-    assert sum(1 for r in results if r) >= 2  # SKIP LOCKED let the replicas share the work
+    # Which replica took which rows depends on scheduling (one may take them all); the next
+    # test forces the interleaving in which SKIP LOCKED makes them share.
+
+
+async def test_a_replica_holding_a_batch_never_holds_up_another_which_takes_the_rest(
+    engines: Callable[[], AsyncEngine],
+) -> None:
+    """Replica A has claimed rows 1-3 and not committed; replica B publishes 4-40 meanwhile,
+    without waiting for A (``FOR UPDATE SKIP LOCKED``: without it B blocks on A's rows and
+    this test times out), then A publishes its three. Each article once, by one replica."""
+    a_engine, b_engine = engines(), engines()
+    now = T0 + timedelta(minutes=1)
+    events: list[int] = []
+    bus = EventBus(registry=catalog)
+    bus.on(ArticlePublished, lambda e: events.append(e.article_id))
+    a, b = (Publisher(e, bus=bus, clock=lambda: now, batch=3) for e in (a_engine, b_engine))
+    claim = Pause(
+        a_engine,
+        "after_cursor_execute",
+        lambda conn, cursor, statement, *rest: statement.startswith("UPDATE schedule_records"),
+    )
+    published: dict[str, list[int]] = {}
+
+    async def run(name: str, publisher: Publisher) -> None:
+        published[name] = await publisher.publish_due()
+
+    with anyio.fail_after(10):
+        await seed_articles(a_engine, 40)
+        await seed_due(a_engine, 40)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, "a", a)
+            await claim.reached.wait()  # A is inside its first batch, rows 1-3 locked
+            await run("b", b)
+            claim.release()
+    assert published == {"a": [1, 2, 3], "b": list(range(4, 41))}
+    assert sorted(events) == list(range(1, 41))
 
 
 async def test_schedule_publish_works_for_the_first_five_calls_on_a_connection(

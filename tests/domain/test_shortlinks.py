@@ -30,11 +30,6 @@ from eventbus import EventBus
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Clock:
     def __init__(self) -> None:
         self.now = T0

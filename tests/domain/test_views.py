@@ -30,11 +30,6 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def views(engine: AsyncEngine, store: CounterStore) -> AsyncIterator[ArticleViews]:
     async with engine.begin() as conn:
         await conn.execute(

@@ -29,11 +29,6 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def config(tmp_path: Path) -> WebConfig:
     return WebConfig(
         db=tmp_path / "web.db", admin_token=TOKEN, app_options={"refill_watermark": 20}

@@ -7,15 +7,9 @@ from pathlib import Path
 
 import anyio
 import httpx
-import pytest
 import uvicorn
 
 from domain.web import WebConfig, create_app
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 class Server(uvicorn.Server):

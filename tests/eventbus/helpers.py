@@ -3,21 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
+import anyio
+import pytest
+import trio.testing
 from anyio.lowlevel import checkpoint
 
-from eventbus import Event, EventRegistry
+from eventbus import Event, EventBus, EventRegistry, FailureRecord
 
 __all__ = [
     "Deep",
+    "Flaky",
     "OrderPaid",
     "OrderShipped",
     "Recorder",
     "ShortlinkVisited",
     "UserRegistered",
+    "converts_cancel",
+    "count_plan_builds",
     "explode",
+    "make_record",
     "reg",
+    "swallows_cancel",
+    "virtual_trio",
 ]
 
 reg = EventRegistry()
@@ -79,3 +90,71 @@ class Recorder:
 
         listener.__qualname__ = tag
         return listener
+
+
+def count_plan_builds(bus: EventBus) -> list[type[Event]]:
+    """Record each dispatch plan the bus builds (by wrapping its table's builder; private)."""
+    builds: list[type[Event]] = []
+    table = bus._table
+    build = table._build
+
+    def counting(cls: type[Event]) -> Any:
+        builds.append(cls)
+        return build(cls)
+
+    table._build = counting  # type: ignore[method-assign]
+    return builds
+
+
+#: Run the test on trio only, on a virtual clock that jumps whenever every task waits.
+virtual_trio = pytest.mark.parametrize(
+    "anyio_backend", [("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})]
+)
+
+
+async def swallows_cancel(e: Event) -> str:
+    """Waits forever, and returns normally when cancelled: hides the cancellation."""
+    try:
+        await anyio.sleep_forever()
+    except anyio.get_cancelled_exc_class():
+        return "gave up quietly"
+    raise AssertionError("unreachable")
+
+
+async def converts_cancel(e: Event) -> None:
+    """Waits forever, and turns its cancellation into a ``RuntimeError``."""
+    try:
+        await anyio.sleep_forever()
+    except BaseException as exc:
+        raise RuntimeError("connection aborted") from exc
+
+
+def make_record(n: int, *, listener: str = "billing", event: str = "order.paid") -> FailureRecord:
+    """Failure record *n*, as a store gets it: ids, payload and times numbered by *n*."""
+    at = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=n)
+    return FailureRecord(
+        id=f"rec-{n:05d}",
+        event_id=f"ev-{n:05d}",
+        event_name=event,
+        payload=f'{{"order_id": {n}}}',
+        payload_ok=True,
+        listener=listener,
+        error_type="ValueError",
+        message=f"boom {n}",
+        traceback="Traceback (most recent call last):\nValueError: boom\n",
+        first_failed_at=at,
+        last_failed_at=at,
+    )
+
+
+class Flaky:
+    """Fails while ``failing`` is true; records every event it sees."""
+
+    def __init__(self) -> None:
+        self.failing = True
+        self.seen: list[Event] = []
+
+    def __call__(self, event: Event) -> None:
+        self.seen.append(event)
+        if self.failing:
+            raise ValueError(f"flaky {len(self.seen)}")

@@ -8,8 +8,16 @@ import anyio
 import pytest
 import trio.testing
 
-from eventbus import Event, EventBus, FailureRecord, MemoryFailureStore
-from tests.eventbus.helpers import OrderPaid, OrderShipped, Recorder, reg
+from eventbus import Event, EventBus, FailureRecord, ListenerShutdownError, MemoryFailureStore
+from tests.eventbus.helpers import (
+    OrderPaid,
+    OrderShipped,
+    Recorder,
+    converts_cancel,
+    reg,
+    swallows_cancel,
+    virtual_trio,
+)
 
 PAID = OrderPaid(order_id=1, user_id=7)
 
@@ -252,3 +260,40 @@ async def test_background_listeners_run_in_the_publishers_context_taken_at_emit_
             await done.wait()
         assert request_id.get() == "-"
     assert sorted(seen) == ["req-1", "req-2"]  # two workers: in either order
+
+
+@virtual_trio
+async def test_shutdown_records_a_job_cut_short_even_if_it_swallows_or_converts_it(
+    store: MemoryFailureStore,
+) -> None:
+    """Regression test: a swallowed shutdown left no record, a converted one a RuntimeError."""
+    bus = EventBus(reg, store, shutdown_grace=1)
+    bus.on(OrderPaid, swallows_cancel)
+    bus.on(OrderPaid, converts_cancel)
+    with anyio.fail_after(10):
+        async with bus:
+            bus.emit(PAID)
+            await trio.testing.wait_all_tasks_blocked()
+    recs = await store.query()
+    assert sorted(r.listener.rsplit(".", 1)[-1].split(":")[-1] for r in recs) == [
+        "converts_cancel",
+        "swallows_cancel",
+    ]
+    assert {r.error_type for r in recs} == {"eventbus.ListenerShutdownError"}
+    assert all("was still running, and was cancelled" in r.message for r in recs)
+
+
+async def test_aclose_from_another_task_is_refused(bus: EventBus) -> None:
+    """Regression test: closing from another task broke the bus's task group."""
+    with anyio.fail_after(3):
+        async with bus:
+            with pytest.RaisesGroup(pytest.RaisesExc(RuntimeError, match="from another task")):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(bus.aclose)
+            assert bus.running
+        assert not bus.running
+
+
+def test_shutdown_error_message_names_the_last_error() -> None:
+    err = ListenerShutdownError("billing", 5, started=True, last_error=ValueError("down"))
+    assert str(err).endswith("its last attempt raised ValueError: down")

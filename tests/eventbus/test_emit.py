@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 import anyio
 import pytest
 
@@ -12,7 +14,7 @@ from eventbus import (
     MemoryFailureStore,
     RecursionLimitError,
 )
-from tests.eventbus.helpers import OrderPaid, OrderShipped, Recorder, UserRegistered
+from tests.eventbus.helpers import OrderPaid, OrderShipped, Recorder, UserRegistered, reg
 
 PAID = OrderPaid(order_id=1, user_id=7)
 
@@ -308,3 +310,60 @@ async def test_publisher_cancellation_propagates_and_is_not_a_failure(
         tg.cancel_scope.cancel()
     assert await store.query() == []
     assert bus.statistics().failures == 0
+
+
+async def test_sync_listener_returning_an_awaitable(
+    bus: EventBus, store: MemoryFailureStore
+) -> None:
+    """Regression test: emit() dropped the coroutine unawaited, emit_async() returned it."""
+    ran: list[Event] = []
+
+    async def work(e: Event) -> str:
+        ran.append(e)
+        return "done"
+
+    def returns_coroutine(e: Event) -> Awaitable[str]:
+        return work(e)
+
+    bus.on(OrderPaid, returns_coroutine)
+    with anyio.fail_after(3):
+        [out] = await bus.emit_async(PAID)  # awaited
+    assert (out.value, ran) == ("done", [PAID])
+    bus.emit(PAID)  # closed (no "never awaited" warning) and recorded
+    [rec] = await store.query()
+    assert ran == [PAID]
+    assert rec.error_type == "TypeError"
+    assert "returns_coroutine" in rec.message
+    assert "returned an awaitable; declare it async def" in rec.message
+
+
+async def test_depth_limit_is_the_same_on_fast_and_slow_paths(
+    store: MemoryFailureStore,
+) -> None:
+    """Regression test: the fast path ignored the async depth, so nesting went deeper."""
+
+    async def nesting(slow: bool) -> list[str]:
+        bus = EventBus(reg, MemoryFailureStore(), max_depth=5)
+        levels: list[str] = []
+
+        async def hop(e: OrderPaid) -> None:
+            levels.append("async")
+            if e.order_id < 3:
+                await bus.emit_async(OrderPaid(order_id=e.order_id + 1, user_id=0))
+            else:
+                bus.emit(OrderShipped(order_id=0))
+
+        def recurse(e: OrderShipped) -> None:
+            levels.append("sync")
+            bus.emit(OrderShipped(order_id=e.order_id + 1))
+
+        bus.on(OrderPaid, hop)
+        # A per-listener "propagate" policy sends OrderShipped down the slow path.
+        bus.on(OrderShipped, recurse, errors="propagate" if slow else None)
+        with anyio.fail_after(3):
+            await bus.emit_async(OrderPaid(order_id=1, user_id=0))
+        assert any("RecursionLimitError" in r.traceback for r in await bus.failures.query())
+        return levels
+
+    fast, slow = await nesting(slow=False), await nesting(slow=True)
+    assert fast == slow == ["async"] * 3 + ["sync"] * 2

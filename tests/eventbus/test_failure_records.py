@@ -17,12 +17,15 @@ import traceback
 import weakref
 from collections.abc import Callable, Iterator
 
+import anyio
 import pytest
 
-from eventbus import EventBus, FailureRecord, ListenerErrors, MemoryFailureStore
-from tests.eventbus.helpers import OrderPaid, reg
+from eventbus import Event, EventBus, FailureRecord, ListenerErrors, MemoryFailureStore
+from eventbus._failures import safe_str
+from tests.eventbus.helpers import OrderPaid, OrderShipped, Recorder, reg
 
 PAID = OrderPaid(order_id=1, user_id=7)
+SHIPPED = OrderShipped(order_id=1)
 
 
 def record_of(exc: BaseException) -> FailureRecord:
@@ -191,3 +194,47 @@ async def test_a_traceback_through_generated_dispatch_shows_its_source(
     assert "if (value := l0(event)) is not None" in first.traceback
     assert "if (value := l1(event)) is not None" in second.traceback
     assert "listener: second" not in second.traceback
+
+
+# -- failures that cannot be printed ------------------------------------------------------
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+
+class Unrepresentable(Unprintable):
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+def raises_unprintable(e: Event) -> None:
+    raise Unprintable
+
+
+async def async_raises_unprintable(e: Event) -> None:
+    raise Unprintable
+
+
+async def test_exception_with_failing_str_is_recorded_and_the_bus_survives(
+    bus: EventBus, store: MemoryFailureStore, rec: Recorder
+) -> None:
+    """Regression test: building the record raised, to the publisher or into the task group."""
+    bus.on(OrderShipped, raises_unprintable)
+    bus.on(OrderShipped, rec.sync("after"))
+    bus.emit(SHIPPED)
+    assert rec.tags == ["after"]
+    bus.on(OrderPaid, async_raises_unprintable)
+    with anyio.fail_after(3):
+        async with bus:
+            bus.emit(PAID)
+    recs = await store.query()
+    assert [(r.error_type.rsplit(".", 1)[-1], r.message) for r in recs] == [
+        ("Unprintable", "Unprintable()")
+    ] * 2
+
+
+def test_safe_str_falls_back_to_the_type_name() -> None:
+    """Regression test: str() and repr() both raising must still give a message."""
+    assert safe_str(Unrepresentable()) == "<unprintable Unrepresentable>"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
@@ -16,9 +17,10 @@ from eventbus import (
     ListenerErrors,
     MemoryFailureStore,
 )
-from tests.eventbus.helpers import OrderPaid, Recorder, explode, reg
+from tests.eventbus.helpers import OrderPaid, OrderShipped, Recorder, explode, reg
 
 PAID = OrderPaid(order_id=1, user_id=7)
+SHIPPED = OrderShipped(order_id=1)
 
 
 def bad_type(e: Event) -> None:
@@ -350,3 +352,160 @@ async def test_failure_of_an_equal_callable_is_recorded_under_its_own_name(
     bus.emit(PAID)
     [r] = await store.query()
     assert r.listener == "failing"
+
+
+# -- a cancellation the listener raised itself is a failure; the publisher's own is not ----
+
+
+asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])
+
+
+async def cancelled_elsewhere(e: Event) -> None:
+    """Awaits a future that another party cancelled, as a client library may."""
+    fut = asyncio.get_running_loop().create_future()
+    fut.cancel()
+    await fut
+
+
+@asyncio_only
+async def test_listener_raising_cancelled_itself_is_a_recorded_failure_and_workers_survive(
+    store: MemoryFailureStore,
+) -> None:
+    """Regression test: the worker died and nothing was recorded."""
+    bus = EventBus(reg, store, workers=1)
+    send, recv = anyio.create_memory_object_stream[int](10)
+    bus.on(OrderPaid, cancelled_elsewhere)
+
+    async def after(e: OrderShipped) -> None:
+        send.send_nowait(e.order_id)
+
+    bus.on(OrderShipped, after)
+    with anyio.fail_after(3):
+        async with bus:
+            bus.emit(PAID)
+            bus.emit(PAID)
+            bus.emit(SHIPPED)  # the one worker must still be there to run it
+            assert await recv.receive() == 1
+    send.close()
+    recv.close()
+    recs = await store.query()
+    assert [(r.error_type, r.attempts) for r in recs] == [
+        ("asyncio.exceptions.CancelledError", 1)
+    ] * 2
+
+
+@asyncio_only
+async def test_listener_raising_cancelled_itself_is_an_outcome_of_emit_async(
+    bus: EventBus, store: MemoryFailureStore
+) -> None:
+    """Regression test: emit_async returned no outcome and recorded nothing."""
+
+    def sync_cancelled(e: Event) -> None:
+        raise asyncio.CancelledError
+
+    bus.on(OrderPaid, cancelled_elsewhere)
+    bus.on(OrderPaid, sync_cancelled)
+    with anyio.fail_after(3):
+        outs = await bus.emit_async(PAID)
+    assert [type(o.error) for o in outs] == [asyncio.CancelledError] * 2
+    assert all(o.failure is not None for o in outs)
+    assert len(await store.query()) == 2
+
+
+async def test_publisher_cancellation_still_propagates_unrecorded(
+    bus: EventBus, store: MemoryFailureStore
+) -> None:
+    """Guards the fix above: the publisher's own cancellation is not a listener failure."""
+    started = anyio.Event()
+
+    async def waits(e: Event) -> None:
+        started.set()
+        await anyio.sleep_forever()
+
+    bus.on(OrderPaid, waits)
+    with anyio.fail_after(3), anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(bus.emit_async, PAID)
+            await started.wait()
+            scope.cancel()
+    assert scope.cancelled_caught
+    assert await store.query() == []
+
+
+# -- the on_failure hook: sync only, never re-entered ------------------------------------
+
+
+def test_async_on_failure_hook_is_refused(bus: EventBus) -> None:
+    """Regression test: an async hook was called, its coroutine never awaited."""
+
+    async def page(record: FailureRecord) -> None: ...
+
+    with pytest.raises(TypeError, match="must be a sync callable"):
+        EventBus(reg, on_failure=page)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be a sync callable"):
+        bus.on_failure = page
+    assert bus.on_failure is None
+
+
+async def test_hook_returning_an_awaitable_is_closed_and_logged(
+    bus: EventBus, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression test: an awaitable returned by the hook was dropped unawaited."""
+    ran: list[FailureRecord] = []
+
+    async def alert(record: FailureRecord) -> None:
+        ran.append(record)
+
+    bus.on_failure = lambda record: alert(record)
+    bus.on(OrderPaid, explode)
+    with caplog.at_level(logging.ERROR, logger="eventbus"):
+        bus.emit(PAID)
+    assert ran == []
+    assert any("returned an awaitable" in r.getMessage() for r in caplog.records)
+
+
+async def test_failures_caused_inside_the_hook_do_not_reenter_it(
+    store: MemoryFailureStore,
+) -> None:
+    """Regression test: a hook that emits multiplied one failure up to max_depth."""
+    bus = EventBus(reg, store)
+    calls: list[str] = []
+
+    def alert_through_bus(record: FailureRecord) -> None:
+        calls.append(record.event_name)
+        bus.emit(PAID)  # its listener fails too
+
+    bus.on_failure = alert_through_bus
+    bus.on(OrderPaid, explode)
+    bus.emit(PAID)
+    assert calls == ["order.paid"]
+    assert len(await store.query()) == 2
+
+
+# -- the propagate policy on cached plans, and its notes ----------------------------------
+
+
+def test_errors_policy_change_applies_to_cached_plans(bus: EventBus) -> None:
+    """Regression test: setting bus.errors after the first emit was ignored by the fast path."""
+    bus.on(OrderPaid, explode)
+    bus.emit(PAID)  # caches a capture-only fast plan
+    bus.errors = "propagate"
+    with pytest.RaisesGroup(pytest.RaisesExc(ValueError, match="^boom")):
+        bus.emit(PAID)
+    with pytest.raises(ValueError, match="is not a policy"):
+        bus.errors = "ignore"  # type: ignore[assignment]
+    assert bus.errors == "propagate"
+
+
+def test_reraised_exception_instance_gets_one_listener_note(bus: EventBus) -> None:
+    """Regression test: a reused exception gained another note on every propagate."""
+    err = ValueError("cached")
+
+    def reraise(e: Event) -> None:
+        raise err
+
+    bus.on(OrderPaid, reraise, name="billing", errors="propagate")
+    for _ in range(3):
+        with pytest.raises(ListenerErrors):
+            bus.emit(PAID)
+    assert err.__notes__ == ["listener: billing"]

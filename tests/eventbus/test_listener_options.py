@@ -7,7 +7,7 @@ import pytest
 import trio.testing
 
 from eventbus import Event, EventBus, FailureRecord, ListenerTimeoutError, MemoryFailureStore
-from tests.eventbus.helpers import OrderPaid, reg
+from tests.eventbus.helpers import OrderPaid, converts_cancel, reg, swallows_cancel, virtual_trio
 
 PAID = OrderPaid(order_id=1, user_id=7)
 
@@ -189,3 +189,75 @@ async def test_timeout_is_retried_and_recorded_once(
     assert isinstance(out.error, ListenerTimeoutError)
     [r] = await store.query()
     assert (r.error_type, r.attempts) == ("eventbus.ListenerTimeoutError", 2)
+
+
+@virtual_trio
+async def test_timeout_is_recorded_even_if_the_listener_swallows_or_converts_it(
+    bus: EventBus, store: MemoryFailureStore
+) -> None:
+    """Regression test: a swallowed timeout was a success, a converted one a RuntimeError."""
+    bus.on(OrderPaid, swallows_cancel, timeout=1)
+    bus.on(OrderPaid, converts_cancel, timeout=1)
+    with anyio.fail_after(10):
+        swallowed, converted = await bus.emit_async(PAID)
+    assert isinstance(swallowed.error, ListenerTimeoutError)
+    assert isinstance(converted.error, ListenerTimeoutError)
+    assert isinstance(converted.error.__cause__, RuntimeError)
+    assert [r.error_type for r in await store.query()] == ["eventbus.ListenerTimeoutError"] * 2
+
+
+@virtual_trio
+async def test_shutdown_keeps_the_attempts_and_last_error_of_a_retrying_job(
+    store: MemoryFailureStore,
+) -> None:
+    """Regression test: the record said attempts=1 and lost the last error."""
+    calls: list[float] = []
+
+    async def flaky(e: Event) -> None:
+        calls.append(anyio.current_time())
+        raise ValueError(f"attempt {len(calls)}")
+
+    bus = EventBus(reg, store, retry_backoff=1, shutdown_grace=2.5)
+    bus.on(OrderPaid, flaky, retries=5)
+    with anyio.fail_after(10):
+        async with bus:
+            bus.emit(PAID)
+    [rec] = await store.query()
+    assert len(calls) == 2  # attempts at t=0 and t=1; the backoff to t=3 is cut at 2.5
+    assert (rec.error_type, rec.attempts) == ("eventbus.ListenerShutdownError", 2)
+    assert "ValueError: attempt 2" in rec.message
+    assert "ValueError: attempt 2" in rec.traceback  # the cause is kept
+
+
+@virtual_trio
+async def test_sync_listener_retries_in_emit_async_back_off(
+    store: MemoryFailureStore,
+) -> None:
+    """Regression test: sync listeners were retried immediately inside emit_async."""
+    times: list[float] = []
+
+    def flaky(e: Event) -> None:
+        times.append(anyio.current_time())
+        raise ValueError("down")
+
+    bus = EventBus(reg, store, retry_backoff=1)
+    bus.on(OrderPaid, flaky, retries=3)
+    with anyio.fail_after(100):
+        [out] = await bus.emit_async(PAID)
+    gaps = [round(b - a, 6) for a, b in zip(times, times[1:], strict=False)]
+    assert gaps == [1, 2, 4]
+    assert out.failure is not None and out.failure.attempts == 4
+
+
+def test_emit_never_sleeps_between_sync_retries(bus: EventBus) -> None:
+    """emit() retries sync listeners immediately: it never waits (counterpart of the above)."""
+    calls: list[int] = []
+
+    def flaky(e: Event) -> None:
+        calls.append(1)
+        raise ValueError("down")
+
+    bus.retry_backoff = 3600
+    bus.on(OrderPaid, flaky, retries=2)
+    bus.emit(PAID)
+    assert len(calls) == 3

@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from eventbus import EventBus, InvalidPatternError, matches
-from tests.eventbus.helpers import Recorder, ShortlinkVisited
+from eventbus._patterns import compile_pattern
+from tests.eventbus.helpers import OrderPaid, Recorder, ShortlinkVisited
+
+PAID = OrderPaid(order_id=1, user_id=7)
 
 CASES = [
     # exact names
@@ -115,3 +118,15 @@ def test_wildcards_subscribe_on_the_bus(bus: EventBus, rec: Recorder) -> None:
     bus.on("order.*", rec.sync("orders"))
     bus.emit(ShortlinkVisited(code="abc123"))
     assert rec.tags == ["tail", "head", "all"]
+
+
+def test_plans_match_compiled_segments_not_the_pattern_cache(bus: EventBus, rec: Recorder) -> None:
+    """Regression test: beyond 1024 patterns, lru_cache thrashed on every plan build."""
+    for i in range(1100):
+        bus.on(f"x{i}.*", rec.sync(f"p{i}"))
+    bus.on("order.*", rec.sync("orders"))
+    before = compile_pattern.cache_info()
+    bus.emit(PAID)
+    after = compile_pattern.cache_info()
+    assert (after.hits, after.misses) == (before.hits, before.misses)
+    assert rec.tags == ["orders"]

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import anyio
 import pytest
 
 from eventbus import (
@@ -11,8 +16,7 @@ from eventbus import (
     ListenerLookupError,
     UnknownEventError,
 )
-from tests.eventbus.helpers import OrderPaid, OrderShipped, Recorder, explode
-from tests.eventbus.test_core_regressions import count_plan_builds
+from tests.eventbus.helpers import OrderPaid, OrderShipped, Recorder, count_plan_builds, explode
 
 PAID = OrderPaid(order_id=1, user_id=7)
 
@@ -277,3 +281,54 @@ async def test_once_listener_run_by_a_nested_emit_is_not_reported_twice(
     outcomes = await bus.emit_async(PAID)
     assert [o.value for o in outcomes] == ["relay"]
     assert rec.tags == ["relay", "second"]
+
+
+# -- what a subscription is: async behind a wrapper, cached plans, once() options ----------
+
+
+def logged(fn: Callable[[Event], Any]) -> Callable[[Event], Any]:
+    @functools.wraps(fn)
+    def wrapper(e: Event) -> Any:
+        return fn(e)
+
+    return wrapper
+
+
+async def test_async_listener_behind_functools_wraps_runs_as_async(bus: EventBus) -> None:
+    """Regression test: it was classified as sync, so its coroutine was never awaited."""
+    ran: list[Event] = []
+
+    @logged
+    async def grant(e: Event) -> str:
+        ran.append(e)
+        return "granted"
+
+    bus.on(OrderPaid, grant)
+    assert bus.listeners(OrderPaid)[0].is_async
+    with anyio.fail_after(3):
+        [out] = await bus.emit_async(PAID)
+    assert (ran, out.value, out.ok) == ([PAID], "granted", True)
+
+
+async def test_emit_async_reuses_the_plan_cached_by_emit(bus: EventBus, rec: Recorder) -> None:
+    """Regression test: a cached fast plan made emit_async rebuild the plan on every call."""
+    builds = count_plan_builds(bus)
+    bus.on(OrderPaid, rec.sync("a"))
+    bus.emit(PAID)
+    for _ in range(3):
+        await bus.emit_async(PAID)
+    assert builds == [OrderPaid]
+    assert rec.tags == ["a"] * 4
+
+
+def test_once_options_are_keyword_checked(bus: EventBus, rec: Recorder) -> None:
+    """Regression test: once(**options) accepted any keyword for the type checker.
+
+    mypy (``warn_unused_ignores``) fails this file if the ignore below stops being needed.
+    """
+    bus.once(OrderPaid, rec.sync("a"), name="only-once", retries=1)
+    with pytest.raises(TypeError):
+        bus.once(OrderPaid, rec.sync("b"), retry=1)  # type: ignore[call-overload]
+    bus.emit(PAID)
+    bus.emit(PAID)
+    assert rec.tags == ["a"]

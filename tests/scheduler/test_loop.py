@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import anyio
 import pytest
@@ -20,7 +22,7 @@ from scheduler import (
     VirtualClock,
     current_trace_id,
 )
-from scheduler.abc import Clock
+from scheduler.abc import Clock, Lease
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -317,3 +319,283 @@ async def test_a_run_longer_than_its_lock_ttl_keeps_it_only_with_renew(
 def test_clocks_fit_the_protocol() -> None:
     _: Clock = VirtualClock()
     _ = SystemClock()
+
+
+# -- locks: renewal, a lost lock's alarm, fire claims -------------------------------------
+
+
+class HangingLease:
+    """A lease on a lock backend that stopped answering."""
+
+    fence = 1
+
+    def __init__(self, extend: Callable[[], Awaitable[bool]]) -> None:
+        self.extend = extend
+
+    async def release(self) -> bool:
+        return False
+
+
+class OneLeaseLock:
+    def __init__(self, lease: Any) -> None:
+        self.lease = lease
+
+    async def acquire(self, name: str, *, ttl: float) -> Any:
+        return self.lease
+
+    async def claim_fire(self, name: str, fire: datetime, *, ttl: float) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    "hang",
+    [
+        pytest.param("timeout", id="each-extend-times-out-after-5s"),
+        pytest.param("forever", id="extend-never-returns"),
+    ],
+)
+async def test_a_renewed_run_is_cancelled_before_its_lock_expires_when_redis_hangs(
+    hang: str,
+) -> None:
+    """Regression test: with renewal failing slowly the run went on to +16 s on a 9 s lock."""
+    clock = VirtualClock(T0)
+
+    async def extend() -> bool:
+        if hang == "forever":
+            await anyio.sleep_forever()
+        await clock.sleep(5)
+        raise TimeoutError("socket timeout")
+
+    sched = Scheduler(clock=clock, lock=OneLeaseLock(HangingLease(extend)))
+    stopped: list[datetime] = []
+
+    @sched.interval(seconds=3600, name="j", lock_ttl=9, renew=True)
+    async def j(run: RunContext) -> None:
+        try:
+            await clock.sleep(100)
+        finally:
+            stopped.append(clock.now())
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sched.trigger, "j")
+            await clock.advance(60)
+    assert len(stopped) == 1 and stopped[0] < at(9)
+    [rec] = await sched.runs.query()
+    assert rec.status == "failed" and rec.error is not None and "LockLostError" in rec.error
+
+
+async def test_a_renewed_run_keeps_its_lock_while_extends_answer_slowly_but_in_time() -> None:
+    """Regression test: bounding each extend must not cancel a run whose renewals succeed."""
+    clock = VirtualClock(T0)
+
+    async def extend() -> bool:
+        await clock.sleep(1)
+        return True
+
+    sched = Scheduler(clock=clock, lock=OneLeaseLock(HangingLease(extend)))
+
+    @sched.interval(seconds=3600, name="j", lock_ttl=9, renew=True)
+    async def j(run: RunContext) -> None:
+        await clock.sleep(40)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sched.trigger, "j")
+            await clock.advance(60)
+    [rec] = await sched.runs.query()
+    assert rec.status == "succeeded"
+
+
+async def test_a_renewing_jobs_exception_is_recorded_as_itself_not_as_a_group() -> None:
+    """Regression test: with renew=True the record said 'ExceptionGroup: ...'."""
+    sched, clock, _ = make()
+    sched.lock = sched._runner.lock = LocalLock(clock.now)
+
+    @sched.interval(seconds=60, name="j", renew=True, lock_ttl=30)
+    async def j(run: RunContext) -> None:
+        raise ValueError("boom")
+
+    with anyio.fail_after(5):
+        rec = await sched.trigger("j")
+    assert (rec.status, rec.error) == ("failed", "ValueError: boom")
+
+
+class ReleasedLateLease:
+    fence = 1
+
+    async def extend(self) -> bool:
+        return True
+
+    async def release(self) -> bool:
+        return False
+
+
+async def test_the_lock_lost_alarm_does_not_advise_renewal_when_renewal_is_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Regression test: the alarm said 'use renew=True' to a job that renews."""
+    clock = VirtualClock(T0)
+    sched = Scheduler(clock=clock, lock=OneLeaseLock(ReleasedLateLease()))
+
+    @sched.interval(seconds=3600, name="j", lock_ttl=9, renew=True)
+    async def j(run: RunContext) -> None:
+        pass
+
+    with anyio.fail_after(5), caplog.at_level(logging.ERROR, logger="scheduler"):
+        rec = await sched.trigger("j")
+    assert rec.lock_lost
+    [alarm] = [r.getMessage() for r in caplog.records if "lost its lock" in r.getMessage()]
+    assert "renew=True" not in alarm
+
+
+def test_lease_fakes_fit_the_protocol() -> None:
+    assert isinstance(ReleasedLateLease(), Lease)
+
+
+class _ClaimRecordingLock(LocalLock):
+    def __init__(self, now: Callable[[], datetime]) -> None:
+        super().__init__(now=now)
+        self.claim_ttls: list[float] = []
+
+    async def claim_fire(self, name: str, fire: datetime, *, ttl: float) -> bool:
+        self.claim_ttls.append(ttl)
+        return await super().claim_fire(name, fire, ttl=ttl)
+
+
+async def test_a_fire_claim_outlives_the_jobs_own_misfire_grace() -> None:
+    """Regression test: the claim TTL used only the scheduler's grace, so a replica reaching a
+    fire later than lock_ttl but within the job's own misfire_grace could run it again."""
+    clock = VirtualClock(T0)
+    lock = _ClaimRecordingLock(clock.now)
+    sched = Scheduler(clock=clock, runs=MemoryRunStore(), lock=lock)
+
+    @sched.interval(seconds=10, name="slow-to-claim", lock_ttl=300, misfire_grace=600)
+    async def job(run: RunContext) -> None:
+        pass
+
+    with anyio.fail_after(5):
+        async with sched:
+            await clock.advance(10)
+            await sched.wait_idle()
+    assert lock.claim_ttls and min(lock.claim_ttls) >= 2 * 600
+
+
+# -- shutdown: the grace period on the injected clock; cancelled runs are failures ---------
+
+
+async def test_shutdown_grace_runs_on_the_injected_clock_and_cancelled_runs_count() -> None:
+    """Regression test: the grace period ignored the virtual clock, and runs cancelled at
+    shutdown were neither counted as failed nor announced as scheduler.run.failed."""
+    bus = EventBus(registry=EventRegistry())
+    seen: list[str] = []
+
+    @bus.on("scheduler.run.*")
+    def collect(e: Event) -> None:
+        seen.append(e.event_name)
+
+    sched, clock, runs = make(bus=bus, shutdown_grace=30)
+
+    @sched.interval(seconds=10, name="j")
+    async def j(run: RunContext) -> None:
+        await clock.sleep(100)
+
+    entered, leave, exited = anyio.Event(), anyio.Event(), anyio.Event()
+
+    async def body() -> None:
+        async with sched:
+            entered.set()
+            await leave.wait()
+        exited.set()
+
+    with anyio.fail_after(5):  # 30 real seconds if the grace read real time
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(body)
+            await entered.wait()
+            await clock.advance(10)
+            leave.set()
+            await clock.advance(29)
+            assert not exited.is_set()
+            await clock.advance(1)
+            await exited.wait()
+    [rec] = await runs.query()
+    assert (rec.status, rec.error) == ("failed", "cancelled: the scheduler shut down")
+    assert sched.statistics().failed == 1
+    assert seen == ["scheduler.run.started", "scheduler.run.failed"]
+
+
+async def test_a_run_cancelled_with_its_trigger_caller_says_so() -> None:
+    """Regression test: a cancelled trigger() was recorded as 'the scheduler shut down'."""
+    sched, clock, runs = make()
+
+    @sched.interval(seconds=3600, name="j")
+    async def j(run: RunContext) -> None:
+        await clock.sleep(100)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sched.trigger, "j")
+            await clock.advance(1)
+            tg.cancel_scope.cancel()
+    [rec] = await runs.query()
+    assert rec.error == "cancelled: the caller of trigger() was cancelled"
+    assert sched.statistics().failed == 1
+
+
+# -- a forward wall-clock step is not lateness ---------------------------------------------
+
+
+class SteppingClock(VirtualClock):
+    """A virtual wall clock with a monotonic clock beside it that steps do not move."""
+
+    def __init__(self) -> None:
+        super().__init__(T0)
+        self.stepped = 0.0
+
+    def monotonic(self) -> float:
+        return (self.now() - T0).total_seconds() - self.stepped
+
+    def step(self, seconds: float) -> None:
+        """NTP moves the wall clock; nobody sleeping is woken by it."""
+        self._now += timedelta(seconds=seconds)
+        self.stepped += seconds
+
+
+async def test_a_forward_wall_clock_step_does_not_turn_an_on_time_fire_into_a_missed_one() -> None:
+    """Regression test: a 2 s NTP step while the loop slept recorded the fire as missed."""
+    clock = SteppingClock()
+    runs = MemoryRunStore()
+    sched = Scheduler(clock=clock, runs=runs)
+
+    @sched.interval(seconds=1, name="j")
+    async def j(run: RunContext) -> None:
+        pass
+
+    with anyio.fail_after(5):
+        async with sched:
+            await clock.advance(0.5)
+            clock.step(2)
+            await clock.advance(0.5)
+    records = sorted(await runs.query(), key=lambda r: r.scheduled_at or T0)
+    assert [(r.scheduled_at, r.status) for r in records] == [
+        (at(1), "succeeded"),
+        (at(2), "succeeded"),
+        (at(3), "succeeded"),
+    ]
+
+
+async def test_a_stall_is_still_missed_on_a_clock_with_a_monotonic_reading() -> None:
+    """Regression test: the step correction must not excuse real lateness."""
+    clock = SteppingClock()
+    runs = MemoryRunStore()
+    sched = Scheduler(clock=clock, runs=runs)
+
+    @sched.interval(seconds=10, name="j")
+    async def j(run: RunContext) -> None:
+        pass
+
+    with anyio.fail_after(5):
+        async with sched:
+            await clock.jump(15)
+    [rec] = await runs.query()
+    assert (rec.scheduled_at, rec.status) == (at(10), "skipped")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import anyio
 import pytest
@@ -11,6 +13,7 @@ from scheduler import (
     CronSyntaxError,
     IntervalTooShortError,
     JobLookupError,
+    LocalLock,
     MemoryRunStore,
     RunContext,
     Scheduler,
@@ -183,3 +186,154 @@ def test_decorator_without_name_uses_module_and_qualname() -> None:
     sched, _, _ = make()
     sched.timeout(seconds=1)(noop)
     assert [j.name for j in sched.jobs()] == ["tests.scheduler.test_registry:noop"]
+
+
+# -- a removed or replaced job never runs after remove() returns -------------------------
+
+
+# asyncio starts tasks in spawn order (a before b); trio shuffles them, so b may run first.
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_job_removed_while_its_fire_is_queued_does_not_run() -> None:
+    """Regression test: a fire spawned together with the run that removed its job still ran."""
+    sched, clock, _ = make()
+    ran: list[str] = []
+
+    @sched.interval(seconds=10, name="a")
+    async def a(run: RunContext) -> None:
+        ran.append("a")
+        sched.remove("b")
+
+    @sched.interval(seconds=10, name="b")
+    async def b(run: RunContext) -> None:
+        ran.append("b")
+
+    with anyio.fail_after(5):
+        async with sched:
+            await clock.advance(30)
+    assert ran == ["a", "a", "a"]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # spawn order, as above
+async def test_a_job_replaced_while_its_fire_is_queued_runs_only_the_new_function() -> None:
+    """Regression test: a replaced job's queued fire ran the old function."""
+    sched, clock, _ = make()
+    ran: list[tuple[str, datetime]] = []
+
+    async def new_b(run: RunContext) -> None:
+        ran.append(("new b", clock.now()))
+
+    @sched.interval(seconds=10, name="a")
+    async def a(run: RunContext) -> None:
+        if clock.now() == at(10):
+            sched.interval(seconds=10, name="b")(new_b)
+
+    @sched.interval(seconds=10, name="b")
+    async def old_b(run: RunContext) -> None:
+        ran.append(("old b", clock.now()))
+
+    with anyio.fail_after(5):
+        async with sched:
+            await clock.advance(25)
+    assert ran == [("new b", at(20))]
+
+
+class RemovingLock(LocalLock):
+    """A lock whose acquisition coincides with the job's removal (as from another task)."""
+
+    def __init__(self, sched: Scheduler) -> None:
+        super().__init__()
+        self.sched = sched
+
+    async def acquire(self, name: str, *, ttl: float) -> Any:
+        lease = await super().acquire(name, ttl=ttl)
+        self.sched.remove(name)
+        return lease
+
+
+async def test_a_job_removed_while_its_lock_was_taken_does_not_run_and_frees_the_lock() -> None:
+    """Regression test: the job was not re-checked once its lock was held."""
+    clock = VirtualClock(T0)
+    runs = MemoryRunStore()
+    sched = Scheduler(clock=clock, runs=runs)
+    lock = RemovingLock(sched)
+    sched.lock = sched._runner.lock = lock
+    ran = []
+
+    @sched.interval(seconds=10, name="job")
+    async def job(run: RunContext) -> None:
+        ran.append(run)
+
+    with anyio.fail_after(5):
+        async with sched:
+            await clock.advance(10)
+    assert ran == []
+    [rec] = await runs.query()
+    assert (rec.status, (rec.error or "").split(":")[0]) == ("skipped", "removed")
+    assert await lock.holder("job") is None
+
+
+# -- plain functions are rejected at registration ---------------------------------------
+
+
+async def _async_job(run: RunContext) -> None:
+    pass
+
+
+def _sync_job(run: RunContext) -> None:
+    pass
+
+
+@functools.wraps(_async_job)
+async def _wrapped_async(run: RunContext) -> None:
+    await _async_job(run)
+
+
+class _AsyncCallable:
+    async def __call__(self, run: RunContext) -> None:
+        pass
+
+
+class _SyncCallable:
+    def __call__(self, run: RunContext) -> None:
+        pass
+
+
+class _Holder:
+    async def method(self, run: RunContext) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        pytest.param(_sync_job, id="plain-def"),
+        pytest.param(lambda run: None, id="lambda"),
+        pytest.param(_SyncCallable(), id="sync-call-instance"),
+        pytest.param(functools.partial(_sync_job), id="partial-of-sync"),
+    ],
+)
+def test_a_plain_function_is_rejected_at_registration_naming_the_job(fn: Any) -> None:
+    """Regression test: a plain function was accepted and failed at each run instead."""
+    sched = Scheduler()
+    with pytest.raises(TypeError, match=r"^job 'sync': .* is not an async function"):
+        sched.interval(seconds=60, name="sync")(fn)
+    with pytest.raises(TypeError, match=r"^job 'sync': "):
+        sched.add_cron("sync", "0 * * * *", fn)
+    assert sched.jobs() == []
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        pytest.param(_async_job, id="async-def"),
+        pytest.param(_wrapped_async, id="functools-wraps"),
+        pytest.param(functools.partial(_async_job), id="partial-of-async"),
+        pytest.param(_AsyncCallable(), id="async-call-instance"),
+        pytest.param(_Holder().method, id="bound-async-method"),
+    ],
+)
+def test_async_callables_are_accepted_as_jobs(fn: Any) -> None:
+    """Regression test: the async check must let every awaitable-returning job shape in."""
+    sched = Scheduler()
+    sched.interval(seconds=60, name="ok")(fn)
+    assert [j.name for j in sched.jobs()] == ["ok"]

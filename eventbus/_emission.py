@@ -1,0 +1,135 @@
+"""One emission of an event, its place in a chain of causes, and the accessor listeners use.
+
+An event emitted while a listener runs was *caused* by the event that listener handles: it
+records that event's id as its ``causation_id``, and the id of the chain's first event as its
+``correlation_id``, so that one business transaction's events and failures can be found
+together. The chain crosses sync, async, background and nested emits of one bus.
+
+Nothing here is paid by an emit nobody asks about: the ids are random and made on first use
+(a failure, a child emit, :func:`current_emission`), and ``emit()``'s fast path keeps its
+emission as the bare event until then (see :mod:`eventbus._nesting`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import sys
+from types import CodeType, FrameType
+from typing import TYPE_CHECKING
+
+from ._events import Event
+from ._failures import new_event_id
+
+if TYPE_CHECKING:
+    from ._nesting import Nesting
+
+__all__ = ["Emission", "current_emission", "hop", "register_emit_frame"]
+
+_new = object.__new__
+
+
+class Emission:
+    """One emit of one event: what a listener sees through :func:`current_emission`.
+
+    ``event_id`` is shared by every failure record of the emission and is the
+    ``causation_id`` of the events its listeners emit; ``correlation_id`` is the event id of
+    the first emission of the chain (its own, for an emission nothing caused); ``depth`` is 1
+    for an emission nothing caused, its cause's depth plus one otherwise.
+    """
+
+    __slots__ = ("_correlation_id", "_event_id", "causation_id", "depth", "event")
+
+    event: Event
+    depth: int
+    causation_id: str | None
+    _event_id: str | None
+    _correlation_id: str | None
+
+    def __init__(self, event: Event, depth: int = 1, cause: Emission | None = None) -> None:
+        self.event = event
+        self.depth = depth
+        self._event_id = None
+        if cause is None:
+            self.causation_id = None
+            self._correlation_id = None
+        else:
+            self.causation_id = cause.event_id
+            self._correlation_id = cause.correlation_id
+
+    @classmethod
+    def first(cls, event: Event) -> Emission:
+        """``Emission(event)`` at half the cost: only ``event`` is set, the other slots read
+        their defaults through ``__getattr__`` (``emit_async()`` makes one per call)."""
+        em = _new(cls)
+        em.event = event
+        return em
+
+    if not TYPE_CHECKING:  # hidden from type checkers, which would accept any attribute
+
+        def __getattr__(self, name: str) -> object:
+            """The defaults of the slots an emission made by :meth:`first` leaves unset."""
+            if name == "depth":
+                return 1
+            if name in ("causation_id", "_event_id", "_correlation_id"):
+                return None
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def event_id(self) -> str:
+        """This emission's id (32 hex digits), made on first use."""
+        if self._event_id is None:
+            self._event_id = new_event_id()
+        return self._event_id
+
+    @property
+    def correlation_id(self) -> str:
+        """The event id of the first emission in this chain of causes."""
+        if self._correlation_id is None:
+            self._correlation_id = self.event_id
+        return self._correlation_id
+
+    def child(self, event: Event) -> Emission:
+        """The emission of *event*, emitted while a listener of this one runs."""
+        return Emission(event, self.depth + 1, self)
+
+    def __repr__(self) -> str:
+        return (
+            f"<Emission {self.event.__event_name__!r} event_id={self.event_id} "
+            f"causation_id={self.causation_id} correlation_id={self.correlation_id} "
+            f"depth={self.depth}>"
+        )
+
+
+#: The emission whose async listener call (worker or ``emit_async()``) runs in this context.
+hop: contextvars.ContextVar[Emission | None] = contextvars.ContextVar(
+    "eventbus_emission", default=None
+)
+
+# Code objects of the functions that run sync listeners with a local ``nesting`` (emit()'s).
+_emit_frames: set[CodeType] = set()
+
+
+def register_emit_frame(code: CodeType) -> None:
+    """Let :func:`current_emission` find sync emits of a bus by this code on the stack."""
+    _emit_frames.add(code)
+
+
+def current_emission() -> Emission | None:
+    """The emission whose listener is running in the caller, or ``None`` outside listeners.
+
+    In a sync listener run by ``emit()`` the emission is found on the caller's own stack (a
+    walk up the frames to the innermost emit, a few µs: nothing is stored per emit for it); in
+    an async listener, and in a sync one run by ``emit_async()``, it is a context variable.
+    A task the listener starts on its own outlives the call, and is not part of the chain.
+    """
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code in _emit_frames:
+            nesting: Nesting | None = frame.f_locals.get("nesting")
+            if nesting is not None:
+                found = nesting.current()
+                if found is not None:
+                    return found
+            break
+        frame = frame.f_back
+    return hop.get()

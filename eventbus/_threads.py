@@ -1,0 +1,162 @@
+"""Emits from other threads: refused by ``emit()``, handed to the bus's loop by
+``emit_threadsafe()``.
+
+The bus is not thread-safe: its listeners, its queue and its nesting state belong to the
+event loop that runs it. While the bus runs, :class:`LoopThread` knows that loop's thread, so
+that an emit from another thread is refused with an error naming the fix, and
+``emit_threadsafe()`` hands the emit to the loop (anyio's ``from_thread`` machinery, with the
+loop's token: asyncio and trio alike) as a task of the bus's task group, returning a
+:class:`concurrent.futures.Future` of its outcomes.
+
+Nothing is lost without a trace: a call that cannot be handed over (the bus is not running, or
+closed meanwhile) raises in the calling thread; one handed over always completes its future,
+because closing the bus waits for those calls (up to the grace period) before it drains the
+queue and closes the failure store. One still running after the grace period is cancelled: its
+future is cancelled and a WARNING names the event.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+from anyio.abc import TaskGroup
+
+from ._exceptions import BusNotRunningError, WrongThreadError
+
+__all__ = ["LoopThread", "get_ident"]
+
+T = TypeVar("T")
+
+get_ident = threading.get_ident
+logger = logging.getLogger("eventbus")
+
+
+class LoopThread:
+    """The thread of the running bus's event loop, and the way into that loop."""
+
+    __slots__ = ("_idle", "_running", "_tg", "_token", "accepting", "ident")
+
+    def __init__(self) -> None:
+        self.ident: int | None = None  #: the loop's thread while the bus runs
+        self.accepting = False
+        self._token: anyio.lowlevel.EventLoopToken | None = None
+        self._tg: TaskGroup | None = None
+        self._running: set[anyio.CancelScope] = set()
+        self._idle: anyio.Event | None = None  # set when _running empties
+
+    def open(self, tg: TaskGroup) -> None:
+        """Note this thread and its loop (in the task that enters the bus)."""
+        self._token = anyio.lowlevel.current_token()
+        self._tg = tg
+        self.ident = get_ident()
+        self.accepting = True
+
+    async def close(self, grace: float) -> None:
+        """Refuse new calls from threads; wait up to *grace* seconds for the ones handed
+        over, then cancel the rest (their futures are cancelled) and wait for them."""
+        self.accepting = False
+        with anyio.move_on_after(grace):
+            await self._until_idle()
+        if self._running:
+            for scope in list(self._running):
+                scope.cancel()
+            await self._until_idle()
+
+    async def _until_idle(self) -> None:
+        while self._running:
+            self._idle = idle = anyio.Event()
+            await idle.wait()
+
+    def forget(self) -> None:
+        """The bus is closed: any thread may emit again (to a bus that is not running)."""
+        self.ident = self._token = self._tg = None
+
+    def check(self, call: str, event: str) -> None:
+        """:raises WrongThreadError: if the bus runs and this is not its loop's thread"""
+        ident = self.ident
+        if ident is not None and ident != get_ident():
+            raise WrongThreadError(call, event, _name(get_ident()), _name(ident))
+
+    def submit(self, fn: Callable[[Any], Awaitable[T]], arg: Any, event: str) -> Future[T]:
+        """Start ``fn(arg)`` as a task in the loop, from another thread; its future.
+
+        :raises BusNotRunningError: if the bus does not run, or closed before the call got in
+        :raises WrongThreadError: if called from the loop's own thread (it would deadlock)
+        """
+        token, ident = self._token, self.ident
+        if ident is not None and ident == get_ident():
+            raise WrongThreadError("emit_threadsafe", event, _name(ident), _name(ident))
+        if token is None or not self.accepting:
+            raise BusNotRunningError(event, call="emit_threadsafe")
+        future: Future[T] = Future()
+        try:
+            anyio.from_thread.run_sync(self._start, fn, arg, future, event, token=token)
+        except anyio.RunFinishedError as exc:  # the loop itself is gone
+            raise BusNotRunningError(event, call="emit_threadsafe") from exc
+        return future
+
+    def _start(self, fn: Callable[[Any], Awaitable[T]], arg: Any, future: Any, event: str) -> None:
+        """In the loop's thread: start the task, unless the bus stopped accepting meanwhile."""
+        if not self.accepting or self._tg is None:
+            raise BusNotRunningError(event, call="emit_threadsafe")
+        scope = anyio.CancelScope()
+        self._running.add(scope)
+        self._tg.start_soon(self._run, fn, arg, future, event, scope)
+
+    async def _run(
+        self,
+        fn: Callable[[Any], Awaitable[T]],
+        arg: Any,
+        future: Future[T],
+        event: str,
+        scope: anyio.CancelScope,
+    ) -> None:
+        token, ident = self._token, self.ident
+
+        def cancelled_by_caller(f: Future[T]) -> None:
+            if not f.cancelled():
+                return
+            if get_ident() == ident:
+                scope.cancel()
+                return
+            try:
+                anyio.from_thread.run_sync(scope.cancel, token=token)
+            except anyio.RunFinishedError:
+                pass  # the loop is gone: nothing left to cancel
+
+        future.add_done_callback(cancelled_by_caller)
+        try:
+            with scope:
+                result = await fn(arg)
+            if scope.cancelled_caught:
+                if not future.cancelled():
+                    logger.warning(
+                        "emit_threadsafe(%r) was still running when the bus closed; cancelled",
+                        event,
+                    )
+                future.cancel()
+            elif future.set_running_or_notify_cancel():
+                future.set_result(result)
+        except BaseException as exc:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._running.discard(scope)
+            if not self._running and self._idle is not None:
+                self._idle.set()
+
+
+def _name(ident: int) -> str:
+    for thread in threading.enumerate():
+        if thread.ident == ident:
+            return thread.name
+    return f"thread {ident}"

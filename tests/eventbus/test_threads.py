@@ -1,0 +1,253 @@
+"""Threads: ``emit()`` from another thread than the running bus's loop is refused with an error
+naming the fix; ``emit_threadsafe()`` hands the emit to the loop (real threads throughout)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import re
+import threading
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from eventbus import (
+    BusNotRunningError,
+    Event,
+    EventBus,
+    ListenerErrors,
+    MemoryFailureStore,
+    Outcome,
+    PayloadError,
+    UnknownEventError,
+    WrongThreadError,
+)
+from tests.eventbus.helpers import OrderPaid, OrderShipped, explode, reg
+
+PAID = OrderPaid(order_id=1, user_id=7)
+
+
+async def in_thread(fn: object, *args: object) -> object:
+    """Run a plain function in a real worker thread; bounded, like every await here."""
+    with anyio.fail_after(10):
+        return await anyio.to_thread.run_sync(fn, *args)  # type: ignore[arg-type]
+
+
+def raised_by(fn: object, *args: object) -> BaseException | None:
+    try:
+        fn(*args)  # type: ignore[operator]
+    except BaseException as exc:
+        return exc
+    return None
+
+
+@pytest.mark.parametrize(
+    "emit_args",
+    [
+        pytest.param((PAID,), id="hot-path"),
+        pytest.param(("order.paid", {"order_id": 1, "user_id": 7}), id="by-name"),
+    ],
+)
+async def test_emit_from_another_thread_is_refused_while_running(
+    bus: EventBus, emit_args: tuple[object, ...]
+) -> None:
+    ran: list[int] = []
+    bus.on(OrderPaid, lambda e: ran.append(threading.get_ident()), name="sync")
+    async with bus:
+        bus.emit(PAID)  # compiled; the loop's own thread may emit
+        error = await in_thread(raised_by, bus.emit, *emit_args)
+    assert isinstance(error, WrongThreadError) and isinstance(error, RuntimeError)
+    loop_thread = re.escape(repr(threading.current_thread().name))
+    assert re.match(
+        r"^emit\('order\.paid'\) was called from thread '[^']+', but the bus runs in the event "
+        rf"loop of thread {loop_thread} and is not thread-safe; from other threads use "
+        r"bus\.emit_threadsafe\(event\)",
+        str(error),
+    )
+    assert ran == [threading.get_ident()]  # nothing ran in the other thread
+
+
+async def test_emit_async_from_another_loop_thread_is_refused(bus: EventBus) -> None:
+    bus.on(OrderPaid, lambda e: None, name="sync")
+
+    def other_loop() -> BaseException | None:
+        return raised_by(anyio.run, bus.emit_async, PAID)
+
+    async with bus:
+        error = await in_thread(other_loop)
+    assert isinstance(error, WrongThreadError)
+    assert str(error).startswith("emit_async('order.paid') was called from thread")
+
+
+async def test_a_bus_that_is_not_running_takes_emits_from_any_thread(bus: EventBus) -> None:
+    ran: list[int] = []
+    bus.on(OrderPaid, lambda e: ran.append(threading.get_ident()), name="sync")
+    async with bus:
+        pass
+
+    def worker() -> int:
+        bus.emit(PAID)
+        return threading.get_ident()
+
+    other = await in_thread(worker)
+    assert ran == [other]
+
+
+async def test_emit_threadsafe_runs_in_the_loop_and_returns_the_outcomes(
+    bus: EventBus, store: MemoryFailureStore
+) -> None:
+    where: list[int] = []
+
+    async def grant(e: OrderPaid) -> str:
+        where.append(threading.get_ident())
+        await anyio.lowlevel.checkpoint()
+        return f"granted {e.order_id}"
+
+    bus.on(OrderPaid, grant)
+    bus.on(OrderPaid, explode)
+
+    def worker() -> list[Outcome]:
+        future = bus.emit_threadsafe(PAID)
+        assert isinstance(future, concurrent.futures.Future)
+        return future.result(timeout=10)
+
+    async with bus:
+        outcomes = await in_thread(worker)
+        by_name = await in_thread(
+            lambda: bus.emit_threadsafe("order.paid", {"order_id": 2, "user_id": 1}).result(10)
+        )
+    assert isinstance(outcomes, list)
+    assert [o.value for o in outcomes] == ["granted 1", None]  # in subscription order
+    assert isinstance(outcomes[1].error, ValueError)
+    assert isinstance(by_name, list) and by_name[0].value == "granted 2"
+    assert where == [threading.get_ident()] * 2
+    assert len(await store.query()) == 2
+
+
+async def test_many_threads_at_once_lose_nothing(bus: EventBus) -> None:
+    seen: list[int] = []
+    bus.on(OrderPaid, lambda e: seen.append(e.order_id), name="count")
+    threads, each = 8, 50
+
+    def worker(t: int) -> int:
+        futures = [
+            bus.emit_threadsafe(OrderPaid(order_id=t * 1000 + i, user_id=t)) for i in range(each)
+        ]
+        return sum(len(f.result(timeout=10)) for f in futures)
+
+    totals: list[object] = []
+    async with bus:
+        async with anyio.create_task_group() as tg:
+            for t in range(threads):
+
+                async def one(t: int = t) -> None:
+                    totals.append(await in_thread(worker, t))
+
+                tg.start_soon(one)
+    assert totals == [each] * threads
+    assert sorted(seen) == sorted(t * 1000 + i for t in range(threads) for i in range(each))
+
+
+async def test_emit_threadsafe_when_not_running_raises_and_emits_nothing(bus: EventBus) -> None:
+    seen: list[Event] = []
+    bus.on(OrderPaid, seen.append, name="count")
+    before = await in_thread(raised_by, bus.emit_threadsafe, PAID)
+    async with bus:
+        pass
+    after = await in_thread(raised_by, bus.emit_threadsafe, PAID)
+    for error in (before, after):
+        assert isinstance(error, BusNotRunningError)
+        assert str(error).startswith(
+            "emit_threadsafe('order.paid') needs a running bus to hand the event to"
+        )
+        assert "nothing was emitted" in str(error)
+    assert seen == []
+
+
+async def test_emit_threadsafe_checks_the_event_in_the_calling_thread(bus: EventBus) -> None:
+    async with bus:
+        bad_payload = await in_thread(raised_by, bus.emit_threadsafe, "order.paid", {"x": 1})
+        unknown = await in_thread(raised_by, bus.emit_threadsafe, "order.nope", {})
+        other = EventBus()  # another registry: the event is unknown there
+        foreign = await in_thread(raised_by, other.emit_threadsafe, PAID)
+    assert isinstance(bad_payload, PayloadError)
+    assert isinstance(unknown, UnknownEventError)
+    assert isinstance(foreign, UnknownEventError)
+
+
+async def test_emit_threadsafe_from_the_loop_thread_is_refused(bus: EventBus) -> None:
+    async with bus:
+        with pytest.raises(WrongThreadError, match=r"the bus's own event loop thread"):
+            bus.emit_threadsafe(PAID)
+
+
+async def test_propagate_reaches_the_future(store: MemoryFailureStore) -> None:
+    bus = EventBus(reg, store, errors="propagate")
+    bus.on(OrderPaid, explode)
+    async with bus:
+        error = await in_thread(lambda: bus.emit_threadsafe(PAID).exception(timeout=10))
+    assert isinstance(error, ListenerErrors)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # real time: a tiny grace period
+async def test_closing_waits_for_calls_from_threads_then_cancels_them(
+    store: MemoryFailureStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    bus = EventBus(reg, store, shutdown_grace=0.05)
+    started = threading.Event()
+    quick: list[str] = []
+
+    async def slow(e: OrderPaid) -> None:
+        started.set()
+        await anyio.sleep_forever()
+
+    async def fast(e: OrderShipped) -> None:
+        await anyio.sleep(0.001)
+        quick.append("done")
+
+    bus.on(OrderPaid, slow)
+    bus.on(OrderShipped, fast)
+    futures: list[concurrent.futures.Future[list[Outcome]]] = []
+
+    def worker() -> None:
+        futures.append(bus.emit_threadsafe(OrderShipped(order_id=1)))
+        futures.append(bus.emit_threadsafe(PAID))
+        started.wait(10)
+
+    with anyio.fail_after(10):
+        async with bus:
+            await in_thread(worker)
+    shipped, paid = futures
+    assert [o.listener.rsplit(":")[-1] for o in shipped.result(0)] == [
+        "test_closing_waits_for_calls_from_threads_then_cancels_them.<locals>.fast"
+    ]
+    assert quick == ["done"]
+    assert paid.cancelled()
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "emit_threadsafe('order.paid') was still running when the bus closed; cancelled"
+    ]
+
+
+async def test_cancelling_the_future_cancels_the_emit(bus: EventBus) -> None:
+    started = threading.Event()
+    ended = anyio.Event()
+
+    async def slow(e: OrderPaid) -> None:
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            ended.set()
+
+    bus.on(OrderPaid, slow)
+
+    def worker() -> bool:
+        future = bus.emit_threadsafe(PAID)
+        started.wait(10)
+        return future.cancel()
+
+    with anyio.fail_after(10):
+        async with bus:
+            assert await in_thread(worker) is True
+            await ended.wait()  # the listener saw the cancellation
