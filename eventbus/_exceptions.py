@@ -15,7 +15,9 @@ The tree::
      ├── RecursionLimitError         (RuntimeError)  nested emits deeper than ``max_depth``
      ├── DurableError                (TypeError)     durable use of what is not durable
      ├── NoTransactionError          (RuntimeError)  a durable publish outside a transaction
-     │                                               (in ``eventbus.durable``)
+     ├── DeliveriesExhaustedError    (RuntimeError)  a dead letter's error: crashed every time
+     ├── EnvelopeError               (ValueError)    a stream entry that is no event envelope
+     ├── UnsafeRedisError            (RuntimeError)  a Redis that may evict, or is too old
      ├── ListenerTimeoutError        (TimeoutError)  a listener's ``timeout=`` expired
      ├── ListenerDroppedError        a call that never ran (queue full, bus closing)
      ├── ListenerShutdownError       a call that shutdown cut short
@@ -32,7 +34,8 @@ Defined beside what raises them: ``AppLoadError`` in :mod:`eventbus.cli`, the tw
 in :mod:`eventbus.interop.pyee` (``UnmappedEventError`` is a ``LookupError`` as pyee's own
 ``KeyError`` is; ``UnsupportedPyeeEventError`` a ``ValueError``: the name means nothing on the
 bus), ``UnexpectedFailuresError`` in :mod:`eventbus.testing`, the console's two in
-:mod:`eventbus.console`. ``tests/test_docstrings.py``
+:mod:`eventbus.console`, the durable transport's three in :mod:`eventbus.durable`, and
+``UnsafeRedisError`` in :mod:`eventbus.backends.redis`. ``tests/test_docstrings.py``
 checks this tree against the classes.
 
 Messages are built here from data, so that raise sites pass values, not prose.
