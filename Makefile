@@ -13,7 +13,7 @@ RUNTIME_STAMP := $(RUNTIME)/.installed-$(shell cat pyproject.toml | cksum | cut 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench,web]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 

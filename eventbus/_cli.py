@@ -25,15 +25,22 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
-import sqlalchemy as sa
-from sqlalchemy import exc as sa_exc
 
 from ._bus import EventBus
 from ._cli_streams import StreamsInputError, add_streams_parser
 from ._failures import FailureRecord, FailureStatus
-from .backends._sql_common import describe_error
-from .backends.sql import SqlFailureStore, database_url, default_db_url, redact_url
 from .cli import AppLoadError, load_app, quiet_broken_pipe
+from .extras import explain_missing
+
+_NO_SQL: ImportError | None = None
+try:  # the failure table needs the 'sql' extra; --help does not
+    import sqlalchemy as sa
+    from sqlalchemy import exc as sa_exc
+
+    from .backends._sql_common import describe_error
+    from .backends.sql import SqlFailureStore, database_url, default_db_url, redact_url
+except ImportError as exc:
+    _NO_SQL = exc
 
 __all__ = ["build_parser", "main"]
 
@@ -112,12 +119,20 @@ def build_parser() -> argparse.ArgumentParser:
 @quiet_broken_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code instead of exiting, so tests can call it."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     handler: Handler = args.handler
     try:
+        if _NO_SQL is not None:
+            raise _NO_SQL
         return anyio.run(handler, args, backend="asyncio")
     except (_InputError, StreamsInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ImportError as exc:  # an optional library: one line naming the extra
+        if (missing := explain_missing(exc, f"{parser.prog} {args.command}")) is None:
+            raise
+        print(f"error: {missing}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
         raise  # our reader went away (| head): quiet_broken_pipe ends quietly

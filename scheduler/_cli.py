@@ -8,8 +8,9 @@ added the same way in :func:`build_parser`.
 
 Exit codes: 0 success, 1 the triggered run failed or was skipped, or something outside the
 input failed (a database that cannot be reached), 2 bad usage or bad input (argparse's own
-convention; an unknown job). Either way the error is one ``error: ...`` line on stderr, never
-a traceback, and a password in ``--db`` is shown as ``***``. ``--db`` takes a URL or a SQLite path
+convention; an unknown job; an optional library not installed, named with its extra). Either
+way the error is one ``error: ...`` line on stderr, never a traceback, and a password in
+``--db`` is shown as ``***``. ``--db`` takes a URL or a SQLite path
 (:func:`eventbus.backends.sql.database_url`); ``--app`` is read by
 :func:`eventbus.cli.load_app`. Output piped into a reader that stops early ends quietly.
 """
@@ -24,6 +25,7 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from eventbus.cli import quiet_broken_pipe
+from eventbus.extras import explain_missing
 
 from ._cli_common import (
     EXIT_FAILED,
@@ -77,6 +79,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OperationalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    except ImportError as exc:  # an optional library: one line naming the extra
+        if (missing := explain_missing(exc, f"{parser.prog} {args.command}")) is None:
+            raise
+        print(f"error: {missing}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 # -- next ------------------------------------------------------------------------------------

@@ -10,6 +10,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+from ..extras import missing_extra
+
+if _missing := missing_extra(__name__, "redis"):
+    raise _missing
+
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff, NoBackoff

@@ -17,6 +17,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from ..extras import missing_extra
+
+if _missing := missing_extra(__name__, "sql"):
+    raise _missing
+
 import sqlalchemy as sa
 from anyio.abc import TaskGroup
 from anyio.lowlevel import checkpoint

@@ -16,6 +16,11 @@ and the security headers (a CSP without inline script, no framing).
 
 from __future__ import annotations
 
+from ..extras import missing_extra
+
+if _missing := missing_extra(__name__, "web"):
+    raise _missing
+
 from eventbus import EventBus
 
 from ._app import Console as Console

@@ -35,6 +35,11 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar, cast, overload
 
+from ..extras import missing_extra
+
+if _missing := missing_extra(__name__, "pyee"):
+    raise _missing
+
 from pyee import EventEmitter
 
 from .._bus import EventBus

@@ -34,6 +34,11 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
+from eventbus.extras import missing_extra
+
+if _missing := missing_extra(__name__, "redis"):
+    raise _missing
+
 import anyio
 from anyio.abc import AsyncResource
 from redis.asyncio import BlockingConnectionPool, Redis

@@ -12,6 +12,11 @@ import os
 from datetime import datetime
 from typing import Any
 
+from eventbus.extras import missing_extra
+
+if _missing := missing_extra(__name__, "sql"):
+    raise _missing
+
 import anyio
 import anyio.lowlevel
 import sqlalchemy as sa
