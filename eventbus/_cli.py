@@ -1,5 +1,6 @@
 """``python -m eventbus failures list|show|retry|purge``: inspect and retry the failure table;
 ``python -m eventbus streams ...``: operate durable events (:mod:`eventbus._cli_streams`).
+Installed as the ``eventbus`` command too.
 
 Every command takes ``--db`` (a URL, or the path of a SQLite file: see
 :func:`eventbus.backends.sql.database_url`; default ``$EVENTBUS_DB``, else ``eventbus.db`` in
@@ -29,11 +30,11 @@ import anyio
 from ._bus import EventBus
 from ._cli_streams import StreamsInputError, add_streams_parser
 from ._failures import FailureRecord, FailureStatus
-from .cli import AppLoadError, load_app, quiet_broken_pipe
+from .cli import AppLoadError, add_version_option, load_app, prog_name, quiet_broken_pipe
 from .extras import explain_missing
 
 _NO_SQL: ImportError | None = None
-try:  # the failure table needs the 'sql' extra; --help does not
+try:  # the failure table needs the 'sql' extra; --help and --version do not
     import sqlalchemy as sa
     from sqlalchemy import exc as sa_exc
 
@@ -65,7 +66,10 @@ class _InputError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m eventbus", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(
+        prog=prog_name("eventbus", "eventbus"), description=DESCRIPTION
+    )
+    add_version_option(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     failures = commands.add_parser(
         "failures",

@@ -1,5 +1,6 @@
-"""Plumbing for command-line tools: load the object ``--app`` names, and end quietly when the
-reader of the output goes away (``... | head``).
+"""Plumbing for command-line tools: load the object ``--app`` names, end quietly when the
+reader of the output goes away (``... | head``), name the program as it was run, and
+``--version``.
 
 ``python -m eventbus`` and ``python -m scheduler`` both use these, and an application's own
 command-line tool can too. Importing this module loads neither SQLAlchemy nor redis.
@@ -7,18 +8,27 @@ command-line tool can too. Importing this module loads neither SQLAlchemy nor re
 
 from __future__ import annotations
 
+import argparse
 import functools
 import importlib
 import inspect
 import os
 import signal
 import sys
-from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
 
 from ._exceptions import EventBusError
 
-__all__ = ["AppLoadError", "EXIT_BROKEN_PIPE", "load_app", "quiet_broken_pipe"]
+__all__ = [
+    "AppLoadError",
+    "EXIT_BROKEN_PIPE",
+    "add_version_option",
+    "load_app",
+    "prog_name",
+    "quiet_broken_pipe",
+]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -133,3 +143,30 @@ def _line(exc: BaseException) -> str:
 
 def _text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {_line(exc)}"
+
+
+def prog_name(module: str, script: str) -> str:
+    """The program's name for its usage line: *script* when run as that installed command
+    (``eventbus-scheduler``), else ``python -m module``."""
+    return script if Path(sys.argv[0]).name == script else f"python -m {module}"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: reads the version only when asked (importlib.metadata is slow to load)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        from ._version import version
+
+        sys.stdout.write(f"{parser.prog} {version()}\n")
+        parser.exit()
+
+
+def add_version_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--version``: prints the program's name and the version of eventbus (the
+    distribution, which ships ``scheduler`` too), and exits 0."""
+    parser.add_argument(
+        "--version", action=_VersionAction, help="print the version of eventbus and exit"
+    )

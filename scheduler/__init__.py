@@ -48,6 +48,7 @@ from .backends.local import MemoryJobStore as MemoryJobStore
 from .backends.local import MemoryRunStore as MemoryRunStore
 
 if TYPE_CHECKING:
+    __version__: str  # eventbus's: one distribution ships both packages
     from .backends.redis import RedisLock as RedisLock
     from .backends.redis import make_redis_client as make_redis_client
     from .backends.sql import SqlJobStore as SqlJobStore
@@ -106,6 +107,10 @@ _LAZY = {
 if not TYPE_CHECKING:  # mypy sees the imports above; a __getattr__ would hide typos from it
 
     def __getattr__(name: str) -> Any:
+        if name == "__version__":  # one distribution ships both packages
+            import eventbus
+
+            return eventbus.__version__
         backend = _LAZY.get(name)
         if backend is None:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,6 +13,8 @@ way the error is one ``error: ...`` line on stderr, never a traceback, and a pas
 ``--db`` is shown as ``***``. ``--db`` takes a URL or a SQLite path
 (:func:`eventbus.backends.sql.database_url`); ``--app`` is read by
 :func:`eventbus.cli.load_app`. Output piped into a reader that stops early ends quietly.
+Installed as the ``eventbus-scheduler`` command too (not ``scheduler``: a generic word, and the
+name of another distribution's package).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from eventbus.cli import quiet_broken_pipe
+from eventbus.cli import add_version_option, prog_name, quiet_broken_pipe
 from eventbus.extras import explain_missing
 
 from ._cli_common import (
@@ -52,10 +54,11 @@ __all__ = ["build_parser", "main"]
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with one subparser per command."""
     parser = argparse.ArgumentParser(
-        prog="python -m scheduler",
+        prog=prog_name("scheduler", "eventbus-scheduler"),
         description="Preview cron expressions, list jobs and recorded runs, run a job now, "
         "pause or resume a job of the job table.",
     )
+    add_version_option(parser)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_next(subparsers)
     _add_runs(subparsers)
