@@ -1,6 +1,7 @@
 """``python -m eventbus failures list|show|retry|purge``: inspect and retry the failure table;
-``python -m eventbus streams ...``: operate durable events (:mod:`eventbus._cli_streams`).
-Installed as the ``eventbus`` command too.
+``python -m eventbus streams ...``: operate durable events (:mod:`eventbus._cli_streams`);
+``python -m eventbus doctor``: the version, the extras, a ``scheduler`` name clash
+(:mod:`eventbus._doctor`). Installed as the ``eventbus`` command too.
 
 Every command takes ``--db`` (a URL, or the path of a SQLite file: see
 :func:`eventbus.backends.sql.database_url`; default ``$EVENTBUS_DB``, else ``eventbus.db`` in
@@ -29,12 +30,13 @@ import anyio
 
 from ._bus import EventBus
 from ._cli_streams import StreamsInputError, add_streams_parser
+from ._doctor import add_doctor_parser, doctor
 from ._failures import FailureRecord, FailureStatus
 from .cli import AppLoadError, add_version_option, load_app, prog_name, quiet_broken_pipe
 from .extras import explain_missing
 
 _NO_SQL: ImportError | None = None
-try:  # the failure table needs the 'sql' extra; --help and --version do not
+try:  # the failure table needs the 'sql' extra; --help, --version and doctor do not
     import sqlalchemy as sa
     from sqlalchemy import exc as sa_exc
 
@@ -117,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="required to purge without a filter")
     p.set_defaults(handler=_purge)
     add_streams_parser(commands, db_help=DB_HELP, when=_when, positive_int=_positive_int)
+    add_doctor_parser(commands)
     return parser
 
 
@@ -125,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code instead of exiting, so tests can call it."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "doctor":
+        return doctor()
     handler: Handler = args.handler
     try:
         if _NO_SQL is not None:
