@@ -23,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ._version import DISTRIBUTION, version
-from .extras import EXTRAS
+from .extras import EXTRAS, missing_extra
 
 __all__ = ["add_doctor_parser", "doctor", "scheduler_problems"]
 
@@ -44,11 +44,10 @@ def add_doctor_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
 def doctor() -> int:
     """Print the report; the exit code: 0, or 1 when ``scheduler`` is not eventbus's."""
     print(f"eventbus {version()} in {HOME} (Python {platform.python_version()})")
-    for extra, modules in EXTRAS.items():
-        missing = [m for m in modules if not _found(m)]
-        if missing:
+    for extra in EXTRAS:
+        if missing := missing_extra("doctor", extra):
             print(
-                f"extra {extra + ':':9} not installed ({', '.join(missing)} missing): "
+                f"extra {extra + ':':9} not installed ({', '.join(missing.missing)} missing): "
                 f"pip install 'eventbus[{extra}]'"
             )
         else:
@@ -89,13 +88,6 @@ def scheduler_problems() -> list[str]:
             f"removed since ({shown}): pip install --force-reinstall eventbus"
         )
     return problems
-
-
-def _found(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
 
 
 def _normal(name: str) -> str:
