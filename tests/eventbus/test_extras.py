@@ -91,6 +91,14 @@ def test_the_guard_lets_the_module_import_when_the_extra_is_there() -> None:
     assert (done.returncode, done.stdout) == (0, "ok\n")
 
 
+def test_the_pytest_plugin_needs_no_extra() -> None:
+    """pytest loads it in every test session of every project that installed eventbus (its
+    entry point), extras or not; the no-extras venv has no pytest to try it with."""
+    libraries = tuple(sorted({m.split(".")[0] for names in EXTRAS.values() for m in names}))
+    done = import_without(libraries, "import eventbus.pytest_plugin, eventbus.testing")
+    assert (done.returncode, done.stderr) == (0, "")
+
+
 def test_the_error_is_an_import_error_of_the_bus_naming_what_needed_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
