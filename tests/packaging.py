@@ -51,14 +51,14 @@ class CheckFailed(Exception):
     """A step found something wrong; the message says what."""
 
 
-def run(*command: str | Path, cwd: Path = ROOT, code: int = 0) -> str:
+def run(*command: str | Path, cwd: Path = ROOT, code: int | None = 0) -> str:
     """Run *command* in a clean environment; its stdout, or :class:`CheckFailed` with its
-    output when it exits with another code than *code*."""
+    output when it exits with another code than *code* (``None``: any)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     done = subprocess.run(
         [str(c) for c in command], capture_output=True, text=True, cwd=cwd, env=env, timeout=300
     )
-    if done.returncode != code:
+    if code is not None and done.returncode != code:
         shown = " ".join(str(c) for c in command)
         raise CheckFailed(
             f"{shown} (in {cwd}) exited {done.returncode}, not {code}\n{done.stdout}{done.stderr}"
@@ -225,19 +225,23 @@ def check_name_clash(venv: Path, wheel: Path, here: Path) -> None:
     pip = (venv / "bin/python", "-m", "pip", "--quiet")
     doctor = (venv / "bin/eventbus", "doctor")
     run(*pip, "install", "--no-deps", "--no-index", other_scheduler(here), cwd=here)
-    said = run(*doctor, cwd=here, code=1)
-    overwritten = "1 of the files eventbus installed in scheduler/ were overwritten or removed"
-    for expected in [
-        "PROBLEM: the distribution 'scheduler' installs a top-level 'scheduler' package too",
-        f"PROBLEM: {overwritten} since (scheduler/__init__.py)",
-    ]:
-        if expected not in said:
-            raise CheckFailed(f"eventbus doctor did not say {expected!r}:\n{said}")
-    run(venv / "bin/python", "-I", "-c", "from scheduler import CronExpression", cwd=here, code=1)
-    run(*pip, "uninstall", "--yes", "scheduler", cwd=here)  # takes our __init__.py with it
-    if "scheduler/__init__.py (removed)" not in run(*doctor, cwd=here, code=1):
-        raise CheckFailed("eventbus doctor did not see scheduler/__init__.py removed")
-    install(venv, wheel)  # what the doctor says to do
+    try:
+        said = run(*doctor, cwd=here, code=1)
+        overwritten = "1 of the files eventbus installed in scheduler/ were overwritten or removed"
+        for expected in [
+            "PROBLEM: the distribution 'scheduler' installs a top-level 'scheduler' package too",
+            f"PROBLEM: {overwritten} since (scheduler/__init__.py)",
+        ]:
+            if expected not in said:
+                raise CheckFailed(f"eventbus doctor did not say {expected!r}:\n{said}")
+        probe = "from scheduler import CronExpression"
+        run(venv / "bin/python", "-I", "-c", probe, cwd=here, code=1)
+    finally:  # what the doctor says to do; a failed check leaves the venv as it found it
+        run(*pip, "uninstall", "--yes", "scheduler", cwd=here)  # takes our __init__.py along
+        removed = run(*doctor, cwd=here, code=None)
+        install(venv, wheel)
+    if "scheduler/__init__.py (removed)" not in removed:
+        raise CheckFailed(f"eventbus doctor did not see scheduler/__init__.py removed:\n{removed}")
     run(*doctor, cwd=here)
 
 
