@@ -24,18 +24,18 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
+# Built afresh: pip never removes what an older pyproject.toml required, and a leftover
+# library would hide an import that the runtime dependencies no longer satisfy.
 $(RUNTIME_STAMP): pyproject.toml
-	test -x $(RUNTIME)/bin/python || $(PYTHON) -m venv $(RUNTIME)
+	rm -rf $(RUNTIME) && $(PYTHON) -m venv $(RUNTIME)
 	$(RUNTIME)/bin/python -m pip install --quiet --upgrade pip
 	$(RUNTIME)/bin/python -m pip install --quiet .
-	rm -f $(RUNTIME)/.installed-*
 	touch $@
 
 $(ALL_STAMP): pyproject.toml
-	test -x $(ALL)/bin/python || $(PYTHON) -m venv $(ALL)
+	rm -rf $(ALL) && $(PYTHON) -m venv $(ALL)
 	$(ALL)/bin/python -m pip install --quiet --upgrade pip
 	$(ALL)/bin/python -m pip install --quiet '.[all]'
-	rm -f $(ALL)/.installed-*
 	touch $@
 
 # Imports every module and runs each CLI's --help in both venvs (tests/runtime_deps.py says
