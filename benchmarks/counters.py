@@ -49,9 +49,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from domain.abc import CounterStore
 from domain.backends.memory import MemoryCounterStore
-from domain.backends.redis import RedisCounterStore, connect
+from domain.backends.redis import RedisCounterStore
 from domain.db import articles, create_tables
 from domain.views import ArticleViews
+from eventbus.backends.redis import make_redis_client
 
 REPEATS = 7  # samples of ~30 ms each: fewer swing by 1.5x between runs
 QUICK_REPEATS = 1
@@ -315,7 +316,11 @@ async def main_async(quick: bool) -> dict[str, Any]:
             insert(articles), [{"id": i, "title": "t"} for i in range(FLUSH_IDS + 1)]
         )
     server = Server() if shutil.which("redis-server") else None
-    client = None if server is None else connect(server.url, socket_timeout=10)
+    client = (
+        None
+        if server is None
+        else make_redis_client(server.url, decode_responses=True, socket_timeout=10)
+    )
     na = "redis-server not installed"
     try:
         cases = build_cases(client, engine, MemoryCounterStore(), n_fast, n_pipe, n_slow)

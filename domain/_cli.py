@@ -96,7 +96,7 @@ def check_database(db: str | Path) -> None:
 async def check_reachable(db: str | Path, redis_url: str | None) -> None:
     """Open the database and ping Redis, so that a bad ``--db`` or ``--redis`` fails in one
     line before a server starts (an error in an ASGI lifespan is printed as a traceback)."""
-    from .backends.redis import connect
+    from eventbus.backends.redis import make_redis_client
 
     engine = make_engine(db)
     try:
@@ -105,7 +105,7 @@ async def check_reachable(db: str | Path, redis_url: str | None) -> None:
     finally:
         await engine.dispose()
     if redis_url is not None:
-        client = connect(redis_url)
+        client = make_redis_client(redis_url)
         try:
             await client.ping()
         finally:

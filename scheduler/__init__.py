@@ -1,9 +1,9 @@
 """Cron expressions, jobs and the loop that runs them, in the same process as the bus.
 
 The implementation lives in underscore modules; this module only re-exports it. The Redis and
-SQL backends (``RedisLock``, ``make_redis_client``, ``SqlRunStore``, ``SqlJobStore``) are
-re-exported lazily: ``import scheduler`` loads neither redis nor SQLAlchemy, and the first
-access to one of those names imports its ``scheduler.backends`` module.
+SQL backends (``RedisLock``, ``SqlRunStore``, ``SqlJobStore``) are re-exported lazily:
+``import scheduler`` loads neither redis nor SQLAlchemy, and the first access to one of those
+names imports its ``scheduler.backends`` module.
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ from .backends.local import MemoryRunStore as MemoryRunStore
 
 if TYPE_CHECKING:
     from .backends.redis import RedisLock as RedisLock
-    from .backends.redis import make_redis_client as make_redis_client
     from .backends.sql import SqlJobStore as SqlJobStore
     from .backends.sql import SqlRunStore as SqlRunStore
 
@@ -89,7 +88,6 @@ __all__ = [
     "VirtualClock",
     "current_run",
     "current_trace_id",
-    "make_redis_client",
     "min_interval",
     "register_events",
     "validate_cron",
@@ -100,7 +98,6 @@ _LAZY = {
     "RedisLock": "redis",
     "SqlJobStore": "sql",
     "SqlRunStore": "sql",
-    "make_redis_client": "redis",
 }
 
 if not TYPE_CHECKING:  # mypy sees the imports above; a __getattr__ would hide typos from it

@@ -265,7 +265,7 @@ class RedisStreams:
         if not self.active:
             return
         if self.check_server:
-            await check_redis_server(self.client, purpose="durable events")
+            await check_redis_server(self.client, purpose="durable events", after_loss=_AFTER_LOSS)
         if self.create_tables:
             await create_durable_tables(self.engine, tables=(self.outbox_table, self.inbox_table))
         register_durable_events(self.registry)
@@ -443,6 +443,13 @@ class RedisStreams:
             self.notify(event)
         except Exception:
             logger.warning("could not emit %r", event.event_name, exc_info=True)
+
+
+#: What the start-up warning about the Redis server adds (see ``check_redis_server``).
+_AFTER_LOSS = (
+    "Events published in a window a restart lost must be restored with republish(since=...); "
+    "an evicted publish key (they have a TTL) lets a retried relay add an event twice"
+)
 
 
 def _no_notify(_event: Event) -> None:

@@ -19,9 +19,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from domain.abc import CounterStore
 from domain.backends.memory import MemoryCounterStore
-from domain.backends.redis import RedisCounterStore, connect
+from domain.backends.redis import RedisCounterStore
 from domain.db import create_tables
 from eventbus import EventBus
+from eventbus.backends.redis import make_redis_client
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -60,7 +61,7 @@ async def engine(tmp_path: object) -> AsyncIterator[AsyncEngine]:
 
 @pytest.fixture
 async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
-    client = connect(redis_url, socket_timeout=2.0)
+    client = make_redis_client(redis_url, decode_responses=True, socket_timeout=2.0)
     yield client
     await client.aclose()
 
@@ -71,7 +72,9 @@ async def store(request: pytest.FixtureRequest, clock: FakeClock) -> AsyncIterat
     if request.param == "memory":
         yield MemoryCounterStore(buckets=4, clock=clock)
         return
-    client = connect(request.getfixturevalue("redis_url"), socket_timeout=2.0)
+    client = make_redis_client(
+        request.getfixturevalue("redis_url"), decode_responses=True, socket_timeout=2.0
+    )
     yield RedisCounterStore(client, buckets=4)
     await client.aclose()
 
