@@ -31,9 +31,8 @@ from sqlalchemy import exc as sa_exc
 from ._bus import EventBus
 from ._cli_streams import StreamsInputError, add_streams_parser
 from ._failures import FailureRecord, FailureStatus
-from .backends._sql_common import describe_error
 from .backends.sql import SqlFailureStore, database_url, default_db_url, redact_url
-from .cli import AppLoadError, load_app, quiet_broken_pipe
+from .cli import AppLoadError, describe_error, load_app, quiet_broken_pipe
 
 __all__ = ["build_parser", "main"]
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
-from eventbus.cli import AppLoadError, load_app
+from eventbus.cli import AppLoadError, describe_error, load_app
 
 from ._loop import Scheduler
 
@@ -92,7 +92,7 @@ async def reading(engine: AsyncEngine, what: str) -> AsyncIterator[None]:
         raise InputError(f"cannot read {what} from {where!r}: {exc.orig}") from None
     except (OSError, TimeoutError) as exc:
         raise OperationalError(
-            f"cannot reach the database at {where!r}: {type(exc).__name__}: {exc}"
+            f"cannot reach the database at {where!r}: {describe_error(exc)}"
         ) from None
     finally:
         await engine.dispose()

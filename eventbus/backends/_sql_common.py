@@ -53,15 +53,6 @@ def redact_url(url: str | sa.URL) -> str:
         return _PASSWORD.sub(r"\1:***@", url)
 
 
-def describe_error(exc: BaseException) -> str:
-    """``Type: first line of the message``, the driver's own error for a SQLAlchemy one (whose
-    text would add the statement and every parameter of the batch)."""
-    orig = getattr(exc, "orig", None)
-    shown = orig if isinstance(orig, BaseException) else exc
-    lines = str(shown).strip().splitlines()
-    return f"{type(shown).__name__}: {lines[0] if lines else ''}".rstrip(": ")
-
-
 def database_url(value: str | os.PathLike[str] | sa.URL, *, must_exist: bool = False) -> sa.URL:
     """Read a database given as a URL or as a path, the one rule of every ``--db`` option.
 

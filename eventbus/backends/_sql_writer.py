@@ -27,7 +27,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .._failures import FailureRecord
 from .._log_limit import LogLimiter
-from ._sql_common import add_missing_columns, describe_error
+from ..cli import describe_error
+from ._sql_common import add_missing_columns
 from ._sql_insert import BatchInsert
 from ._sql_spill import SpillBacklog, SpillFile
 
