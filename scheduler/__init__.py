@@ -8,8 +8,9 @@ names imports its ``scheduler.backends`` module.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from eventbus.lazy import lazy_exports
 
 from ._clock import SystemClock as SystemClock
 from ._clock import VirtualClock as VirtualClock
@@ -95,24 +96,13 @@ __all__ = [
 
 # Names from backends whose client library is imported on first access, not here.
 _LAZY = {
-    "RedisLock": "redis",
-    "SqlJobStore": "sql",
-    "SqlRunStore": "sql",
+    "RedisLock": ".backends.redis",
+    "SqlJobStore": ".backends.sql",
+    "SqlRunStore": ".backends.sql",
 }
 
 if not TYPE_CHECKING:  # mypy sees the imports above; a __getattr__ would hide typos from it
-
-    def __getattr__(name: str) -> Any:
-        backend = _LAZY.get(name)
-        if backend is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{__name__}.backends.{backend}"), name)
-        globals()[name] = value  # later lookups skip __getattr__
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 # Show the public path in reprs and tracebacks: scheduler.CronExpression, not scheduler._cron.
