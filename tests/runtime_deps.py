@@ -25,6 +25,8 @@ PACKAGES = ("eventbus", "scheduler", "domain")
 NEEDS_EXTRA = {
     "domain.console": "needs the 'web' extra (starlette, jinja2)",
     "domain.web": "needs the 'web' extra (starlette, uvicorn)",
+    "domain._web_admin": "needs the 'web' extra (starlette): domain.web's admin routes",
+    "domain._web_http": "needs the 'web' extra (starlette): domain.web's HTTP conventions",
     "eventbus.console": "needs the 'web' extra (starlette, jinja2, itsdangerous)",
     "scheduler.console": "needs the 'web' extra (starlette, jinja2)",
     "eventbus.interop.opentelemetry": "needs the 'otel' extra (opentelemetry-api)",
