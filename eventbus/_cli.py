@@ -32,7 +32,7 @@ from ._bus import EventBus
 from ._cli_streams import StreamsInputError, add_streams_parser
 from ._failures import FailureRecord, FailureStatus
 from .backends.sql import SqlFailureStore, database_url, default_db_url, redact_url
-from .cli import AppLoadError, describe_error, load_app, quiet_broken_pipe
+from .cli import AppLoadError, describe_error, load_app, positive_int, quiet_broken_pipe
 
 __all__ = ["build_parser", "main"]
 
@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", parents=[common, filters], help="a table of failures, newest first")
     p.add_argument("--status", choices=[s.value for s in FailureStatus], help="only this status")
     p.add_argument("--since", type=_when, metavar="WHEN", help="last failed at or after WHEN")
-    p.add_argument("--limit", type=_positive_int, default=50, metavar="N", help="default: 50")
+    p.add_argument("--limit", type=positive_int, default=50, metavar="N", help="default: 50")
     p.set_defaults(handler=_list)
 
     p = sub.add_parser("show", parents=[common], help="one failure with payload and traceback")
@@ -95,8 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE:ATTR",
         help="the application's EventBus, or a function returning one (e.g. 'myapp.events:bus')",
     )
-    p.add_argument("--limit", type=_positive_int, metavar="N", help="at most N rows")
-    p.add_argument("--max-attempts", type=_positive_int, default=5, metavar="N", help="default: 5")
+    p.add_argument("--limit", type=positive_int, metavar="N", help="at most N rows")
+    p.add_argument("--max-attempts", type=positive_int, default=5, metavar="N", help="default: 5")
     p.set_defaults(handler=_retry)
 
     p = sub.add_parser("purge", parents=[common], help="delete failures")
@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--before", type=_when, metavar="WHEN", help="last failed before WHEN")
     p.add_argument("--all", action="store_true", help="required to purge without a filter")
     p.set_defaults(handler=_purge)
-    add_streams_parser(commands, db_help=DB_HELP, when=_when, positive_int=_positive_int)
+    add_streams_parser(commands, db_help=DB_HELP, when=_when)
     return parser
 
 
@@ -359,16 +359,6 @@ def _when(text: str) -> datetime:
             f"{text!r} is neither an ISO 8601 time nor an age like 30m, 12h, 7d"
         ) from None
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
 
 
 def _as_dict(rec: FailureRecord) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .cli import describe_error
+from .cli import describe_error, positive_int
 
 if TYPE_CHECKING:
     from .durable import RedisStreams
@@ -33,7 +33,6 @@ def add_streams_parser(
     *,
     db_help: str,
     when: Callable[[str], datetime],
-    positive_int: Callable[[str], int],
 ) -> None:
     """Add ``streams`` and its actions to the ``python -m eventbus`` subcommands."""
     streams = commands.add_parser(

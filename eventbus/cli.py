@@ -8,6 +8,7 @@ nor redis.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import importlib
 import inspect
@@ -19,7 +20,14 @@ from typing import ParamSpec, TypeVar
 
 from ._exceptions import EventBusError
 
-__all__ = ["AppLoadError", "EXIT_BROKEN_PIPE", "describe_error", "load_app", "quiet_broken_pipe"]
+__all__ = [
+    "AppLoadError",
+    "EXIT_BROKEN_PIPE",
+    "describe_error",
+    "load_app",
+    "positive_int",
+    "quiet_broken_pipe",
+]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -97,6 +105,20 @@ def describe_error(exc: BaseException) -> str:
     shown = orig if isinstance(orig, BaseException) else exc
     lines = str(shown).strip().splitlines()
     return f"{type(shown).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type=``: a whole number, 1 or more (``--limit``, ``-n``).
+
+    :raises argparse.ArgumentTypeError: naming *text*, for anything else
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
 
 
 def quiet_broken_pipe(main: Callable[P, int]) -> Callable[P, int]:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from eventbus.cli import quiet_broken_pipe
+from eventbus.cli import positive_int, quiet_broken_pipe
 
 from ._cli_common import (
     EXIT_FAILED,
@@ -36,7 +36,6 @@ from ._cli_common import (
     close_app,
     load_scheduler,
     open_database,
-    positive_int,
     reading,
 )
 from ._cli_jobs import add_jobs, add_pause_resume

@@ -27,7 +27,6 @@ __all__ = [
     "close_app",
     "load_scheduler",
     "open_database",
-    "positive_int",
     "reading",
 ]
 
@@ -44,16 +43,6 @@ class InputError(Exception):
 
 class OperationalError(Exception):
     """Good input, but something it names failed (unreachable database): one line, exit 1."""
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
 
 
 def add_db(

@@ -8,6 +8,7 @@ below); ``test_counters.py`` picks trio with a virtual clock for the in-process 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import anyio
@@ -29,6 +30,20 @@ if TYPE_CHECKING:
 
     from domain import App
     from domain.web import WebConfig
+
+
+#: Where :class:`Clock` starts.
+T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
+
+
+class Clock:
+    """An aware UTC wall clock that moves only when a test sets ``now``."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
 
 
 class FakeClock:

@@ -23,11 +23,6 @@ from tests.domain.conftest import domain_app, settle
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def config(tmp_path: Path) -> WebConfig:
     return WebConfig(
         db=tmp_path / "web.db", console_token=TOKEN, app_options={"refill_watermark": 20}

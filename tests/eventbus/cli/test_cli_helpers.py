@@ -18,6 +18,7 @@ from eventbus.cli import (
     AppLoadError,
     describe_error,
     load_app,
+    positive_int,
     quiet_broken_pipe,
 )
 
@@ -123,6 +124,14 @@ def test_describe_error_names_the_drivers_error_of_a_sqlalchemy_one() -> None:
     )
     assert describe_error(wrapped) == "OperationalError: database is locked"
     assert "secret" in str(wrapped)  # what the one line leaves out
+
+
+def test_positive_int_takes_whole_numbers_from_one_and_names_anything_else() -> None:
+    assert positive_int("1") == 1 and positive_int("250") == 250
+    with pytest.raises(argparse.ArgumentTypeError, match=r"^'0' must be at least 1$"):
+        positive_int("0")
+    with pytest.raises(argparse.ArgumentTypeError, match=r"^'2\.5' is not an integer$"):
+        positive_int("2.5")
 
 
 def test_quiet_broken_pipe_passes_the_status_and_other_errors_through() -> None:
