@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import anyio
@@ -23,13 +22,6 @@ from scheduler.backends.redis import RedisLock
 from tests.redis_server import RedisServer
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
-
-
-@pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[Redis]:
-    client = make_redis_client(redis_url, socket_timeout=2)
-    yield client
-    await client.aclose()
 
 
 async def wait_until_gone(client: Redis, key: str) -> None:

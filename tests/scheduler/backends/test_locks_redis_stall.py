@@ -31,13 +31,6 @@ UNSURE = (RedisConnectionError, RedisTimeoutError)
 
 
 @pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[Redis]:
-    client = make_redis_client(redis_url, socket_timeout=2)
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
 async def impatient(redis_url: str) -> AsyncIterator[Redis]:
     """A client that gives up on a reply after 0.3 s: shorter than every stall below."""
     client = make_redis_client(redis_url, socket_timeout=0.3)
