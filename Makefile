@@ -55,11 +55,11 @@ demo: $(STAMP)
 
 # Two processes and a throwaway redis-server: order.paid committed by one, handled by the other.
 demo-durable: $(STAMP) servers
-	$(BIN)/python examples/durable_demo.py
+	$(BIN)/python -m domain.durable_demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check eventbus scheduler domain tests benchmarks examples
-	$(BIN)/ruff format --check eventbus scheduler domain tests benchmarks examples
+	$(BIN)/ruff check eventbus scheduler domain tests benchmarks
+	$(BIN)/ruff format --check eventbus scheduler domain tests benchmarks
 	$(BIN)/mypy
 
 test: $(STAMP) servers lint runtime-deps

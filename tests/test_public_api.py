@@ -111,6 +111,10 @@ NOT_EXPORTED = {
         "MARKER": "the marker's name, documented as eventbus_expect_failures",
         "SETTING": "the anyio_mode line a failing setup asks for",
     },
+    "domain.durable_demo": dict.fromkeys(
+        ("OrderPaid", "billing", "make_bus", "operator", "points", "run", "say", "shop"),
+        "the durable demo script's own parts, run by make demo-durable",
+    ),
     "domain.demo": {"ARTICLES": "the demo's sample articles"},
     "domain.web": dict.fromkeys(
         (

@@ -1,4 +1,4 @@
-"""``make demo-durable`` (``examples/durable_demo.py``): two processes, one Redis, exit 0."""
+"""``make demo-durable`` (``python -m domain.durable_demo``): two processes, one Redis, exit 0."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 def test_the_durable_demo_shows_the_hop_a_retry_and_a_dead_letter() -> None:
     proc = subprocess.run(
-        [sys.executable, "examples/durable_demo.py"],
+        [sys.executable, "-m", "domain.durable_demo"],
         cwd=ROOT,
         capture_output=True,
         text=True,

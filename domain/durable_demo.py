@@ -7,7 +7,7 @@ one whose first delivery fails and is retried, and one that always fails and end
 dead letters (and in the failure table as ``dead``). Then the operator's view: ``streams
 status``, ``streams dead`` and ``failures list``.
 
-Run: ``.venv/bin/python examples/durable_demo.py`` from the repository root.
+Run: ``make demo-durable`` (``python -m domain.durable_demo`` from the repository root).
 """
 
 from __future__ import annotations
@@ -28,12 +28,14 @@ from eventbus import Event, EventBus, EventRegistry
 from eventbus.backends.sql import SqlFailureStore, make_engine
 from eventbus.durable import DeadLettered, DurableOptions, RedisStreams, current_delivery
 
-ROOT = Path(__file__).resolve().parents[1]
-REG = EventRegistry()
-ORDERS = 3
+__all__ = ["main"]
+
+_ROOT = Path(__file__).resolve().parents[1]
+_REG = EventRegistry()
+_ORDERS = 3
 
 
-class OrderPaid(Event, name="order.paid", registry=REG, durable=True):
+class OrderPaid(Event, name="order.paid", registry=_REG, durable=True):
     order_id: int
     amount: Decimal
 
@@ -52,8 +54,8 @@ def say(role: str, text: str) -> None:
 
 def make_bus(role: str, redis_url: str, db: str) -> EventBus:
     options = DurableOptions(visibility=1.0, retry_backoff=0.2, max_deliveries=3, block=0.5)
-    streams = RedisStreams(redis_url, db, service=role, registry=REG, options=options)
-    return EventBus(REG, SqlFailureStore(db), durable=streams)
+    streams = RedisStreams(redis_url, db, service=role, registry=_REG, options=options)
+    return EventBus(_REG, SqlFailureStore(db), durable=streams)
 
 
 async def shop(redis_url: str, db: str) -> None:
@@ -61,7 +63,7 @@ async def shop(redis_url: str, db: str) -> None:
     bus = make_bus("shop", redis_url, db)
     engine = make_engine(db)
     async with bus:
-        for order_id in range(1, ORDERS + 1):
+        for order_id in range(1, _ORDERS + 1):
             async with engine.begin() as conn:
                 # ... the application's own writes for the order would go here ...
                 event_id = await bus.publish(
@@ -82,7 +84,7 @@ async def billing(redis_url: str, db: str) -> None:
 
     def progress(what: str) -> None:
         seen.add(what)
-        if len(seen) == 2 * ORDERS + 1:  # every grant, every receipt, one dead letter
+        if len(seen) == 2 * _ORDERS + 1:  # every grant, every receipt, one dead letter
             done.set()
 
     @bus.on(OrderPaid, durable=True, name="rewards.grant")
@@ -124,18 +126,28 @@ async def billing(redis_url: str, db: str) -> None:
 
 
 def run(role: str, redis_url: str, db: str) -> subprocess.Popen[str]:
-    argv = [sys.executable, __file__, "--role", role, "--redis", redis_url, "--db", db]
-    return subprocess.Popen(argv, cwd=ROOT, text=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "domain.durable_demo",
+        "--role",
+        role,
+        "--redis",
+        redis_url,
+        "--db",
+        db,
+    ]
+    return subprocess.Popen(argv, cwd=_ROOT, text=True)
 
 
 def operator(args: list[str], redis_url: str, db: str) -> None:
     print(f"\n$ python -m eventbus {' '.join(args)}", flush=True)
     env = {**os.environ, "EVENTBUS_REDIS": redis_url, "EVENTBUS_DB": db}
-    subprocess.run([sys.executable, "-m", "eventbus", *args], cwd=ROOT, env=env, check=True)
+    subprocess.run([sys.executable, "-m", "eventbus", *args], cwd=_ROOT, env=env, check=True)
 
 
 def main() -> int:
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(_ROOT))
     from tests.redis_server import RedisServer  # the test suite's throwaway server
 
     with RedisServer() as redis, tempfile.TemporaryDirectory() as tmp:
