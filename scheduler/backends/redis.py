@@ -142,7 +142,7 @@ class RedisLock(AsyncResource):
 
     async def holder(self, name: str) -> str | None:
         """The owner named in the token that holds the lock of ``name`` now, if any."""
-        await self._before_use()
+        await self._check_first()
         value = await self.client.get(self.key(name))
         if value is None:
             return None
@@ -192,27 +192,32 @@ class RedisLock(AsyncResource):
         return len(self._pending)
 
     async def _before_use(self) -> None:
-        """Settle what earlier calls left unsettled; at first use, check the server.
+        """Settle what earlier calls left unsettled, then check the server at first use."""
+        if self._pending:
+            await self.settle()
+        await self._check_first()
+
+    async def _check_first(self) -> None:
+        """At first use, warn once if the server would lose locks.
 
         :raises redis.exceptions.ConnectionError: (or ``TimeoutError``) if the check cannot
             reach Redis: the call would not have either (it is checked again next time)
         """
-        if self._pending:
-            await self.settle()
-        if self._unchecked:
-            self._unchecked = False  # one check, however many tasks start at once
-            try:
-                await check_redis_server(
-                    self.client,
-                    purpose="locks",
-                    on_unsafe="warn",
-                    snapshots_suffice=True,
-                    after_loss=_AFTER_LOSS,
-                    log=logger,
-                )
-            except BaseException:
-                self._unchecked = True
-                raise
+        if not self._unchecked:
+            return
+        self._unchecked = False  # one check, however many tasks start at once
+        try:
+            await check_redis_server(
+                self.client,
+                purpose="locks",
+                on_unsafe="warn",
+                snapshots_suffice=True,
+                after_loss=_AFTER_LOSS,
+                log=logger,
+            )
+        except BaseException:
+            self._unchecked = True
+            raise
 
     def _new_token(self) -> bytes:
         return f"{self.owner}#{uuid.uuid4().hex}".encode()
