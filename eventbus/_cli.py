@@ -32,7 +32,15 @@ from ._bus import EventBus
 from ._cli_streams import StreamsInputError, add_streams_parser
 from ._doctor import add_doctor_parser, doctor
 from ._failures import FailureRecord, FailureStatus
-from .cli import AppLoadError, add_version_option, load_app, prog_name, quiet_broken_pipe
+from .cli import (
+    AppLoadError,
+    add_version_option,
+    describe_error,
+    load_app,
+    positive_int,
+    prog_name,
+    quiet_broken_pipe,
+)
 from .extras import explain_missing
 
 _NO_SQL: ImportError | None = None
@@ -40,7 +48,6 @@ try:  # the failure table needs the 'sql' extra; --help, --version and doctor do
     import sqlalchemy as sa
     from sqlalchemy import exc as sa_exc
 
-    from .backends._sql_common import describe_error
     from .backends.sql import SqlFailureStore, database_url, default_db_url, redact_url
 except ImportError as exc:
     _NO_SQL = exc
@@ -95,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", parents=[common, filters], help="a table of failures, newest first")
     p.add_argument("--status", choices=[s.value for s in FailureStatus], help="only this status")
     p.add_argument("--since", type=_when, metavar="WHEN", help="last failed at or after WHEN")
-    p.add_argument("--limit", type=_positive_int, default=50, metavar="N", help="default: 50")
+    p.add_argument("--limit", type=positive_int, default=50, metavar="N", help="default: 50")
     p.set_defaults(handler=_list)
 
     p = sub.add_parser("show", parents=[common], help="one failure with payload and traceback")
@@ -109,8 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE:ATTR",
         help="the application's EventBus, or a function returning one (e.g. 'myapp.events:bus')",
     )
-    p.add_argument("--limit", type=_positive_int, metavar="N", help="at most N rows")
-    p.add_argument("--max-attempts", type=_positive_int, default=5, metavar="N", help="default: 5")
+    p.add_argument("--limit", type=positive_int, metavar="N", help="at most N rows")
+    p.add_argument("--max-attempts", type=positive_int, default=5, metavar="N", help="default: 5")
     p.set_defaults(handler=_retry)
 
     p = sub.add_parser("purge", parents=[common], help="delete failures")
@@ -118,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--before", type=_when, metavar="WHEN", help="last failed before WHEN")
     p.add_argument("--all", action="store_true", help="required to purge without a filter")
     p.set_defaults(handler=_purge)
-    add_streams_parser(commands, db_help=DB_HELP, when=_when, positive_int=_positive_int)
+    add_streams_parser(commands, db_help=DB_HELP, when=_when)
     add_doctor_parser(commands)
     return parser
 
@@ -384,16 +391,6 @@ def _when(text: str) -> datetime:
             f"{text!r} is neither an ISO 8601 time nor an age like 30m, 12h, 7d"
         ) from None
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
 
 
 def _as_dict(rec: FailureRecord) -> dict[str, Any]:

@@ -1,9 +1,10 @@
-"""Plumbing for command-line tools: load the object ``--app`` names, end quietly when the
-reader of the output goes away (``... | head``), name the program as it was run, and
-``--version``.
+"""Plumbing for command-line tools: load the object ``--app`` names, say what went wrong in
+one line, end quietly when the reader of the output goes away (``... | head``), name the
+program as it was run, and ``--version``.
 
-``python -m eventbus`` and ``python -m scheduler`` both use these, and an application's own
-command-line tool can too. Importing this module loads neither SQLAlchemy nor redis.
+``python -m eventbus``, ``python -m scheduler`` and ``python -m domain`` use these, and an
+application's own command-line tool can too. Importing this module loads neither SQLAlchemy
+nor redis.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ __all__ = [
     "AppLoadError",
     "EXIT_BROKEN_PIPE",
     "add_version_option",
+    "describe_error",
     "load_app",
+    "positive_int",
     "prog_name",
     "quiet_broken_pipe",
 ]
@@ -66,9 +69,8 @@ def load_app(spec: str, kind: type[T], *, option: str = "--app") -> T:
             option, spec, f"cannot be loaded: cannot import {module_name!r} ({_line(exc)})"
         ) from None
     except Exception as exc:  # the module itself raised while being imported
-        raise AppLoadError(
-            option, spec, f"cannot be loaded: importing {module_name!r} raised {_text(exc)}"
-        ) from None
+        problem = f"cannot be loaded: importing {module_name!r} raised {describe_error(exc)}"
+        raise AppLoadError(option, spec, problem) from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -83,7 +85,7 @@ def load_app(spec: str, kind: type[T], *, option: str = "--app") -> T:
             raise AppLoadError(
                 option,
                 spec,
-                f"is a callable that failed when called with no arguments ({_text(exc)}); "
+                f"is a callable that failed when called with no arguments ({describe_error(exc)}); "
                 f"name {wanted} or a factory returning one",
             ) from None
         if inspect.isawaitable(obj):
@@ -95,6 +97,32 @@ def load_app(spec: str, kind: type[T], *, option: str = "--app") -> T:
     if not isinstance(obj, kind):
         raise AppLoadError(option, spec, f"is {_a(type(obj).__name__)}, not {wanted}")
     return obj
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: first line of the message``, for an ``error:`` line or a log line.
+
+    For a SQLAlchemy error, the driver's own error (``.orig``): SQLAlchemy's text would add
+    the statement and every parameter of the batch.
+    """
+    orig = getattr(exc, "orig", None)
+    shown = orig if isinstance(orig, BaseException) else exc
+    lines = str(shown).strip().splitlines()
+    return f"{type(shown).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type=``: a whole number, 1 or more (``--limit``, ``-n``).
+
+    :raises argparse.ArgumentTypeError: naming *text*, for anything else
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
 
 
 def quiet_broken_pipe(main: Callable[P, int]) -> Callable[P, int]:
@@ -139,10 +167,6 @@ def _a(noun: str) -> str:
 def _line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__
-
-
-def _text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {_line(exc)}"
 
 
 def prog_name(module: str, script: str) -> str:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from eventbus.cli import add_version_option, prog_name, quiet_broken_pipe
+from eventbus.cli import add_version_option, positive_int, prog_name, quiet_broken_pipe
 from eventbus.extras import explain_missing
 
 from ._cli_common import (
@@ -40,7 +40,6 @@ from ._cli_common import (
     close_app,
     load_scheduler,
     open_database,
-    positive_int,
     reading,
 )
 from ._cli_jobs import add_jobs, add_pause_resume

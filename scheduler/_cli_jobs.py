@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol, cast
 
+from eventbus.cli import positive_int
+
 from ._cli_common import (
     EXIT_OK,
     InputError,
@@ -20,7 +22,6 @@ from ._cli_common import (
     close_app,
     load_scheduler,
     open_database,
-    positive_int,
     reading,
 )
 from ._cron import CronExpression

@@ -48,7 +48,6 @@ LAZY = {
     "RedisLock": "scheduler.backends.redis",
     "SqlJobStore": "scheduler.backends.sql",
     "SqlRunStore": "scheduler.backends.sql",
-    "make_redis_client": "scheduler.backends.redis",
 }
 
 #: module prefix -> why it is not checked in that mode
@@ -56,6 +55,7 @@ SKIPPED = {"eventbus.pytest_plugin": "needs pytest; pytest loads it through its 
 SKIPPED_WITHOUT_EXTRAS = {
     "domain": "the reference application needs eventbus[all]",
     "eventbus.backends._sql_": "a private part of eventbus.backends.sql (its guard speaks)",
+    "eventbus.interop._pyee_": "a private part of eventbus.interop.pyee (its guard speaks)",
     "scheduler.backends._sql_": "a private part of scheduler.backends.sql (its guard speaks)",
 }
 

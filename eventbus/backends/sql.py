@@ -32,6 +32,7 @@ from ._sql_common import UTCDateTime as UTCDateTime
 from ._sql_common import add_missing_columns as add_missing_columns
 from ._sql_common import database_url as database_url
 from ._sql_common import make_engine as make_engine
+from ._sql_common import migrate_tables as migrate_tables
 from ._sql_common import missing_columns as missing_columns
 from ._sql_common import redact_url as redact_url
 from ._sql_spill import SpillFile, default_spill_path
@@ -56,6 +57,7 @@ __all__ = [
     "failures_table",
     "make_engine",
     "metadata",
+    "migrate_tables",
     "missing_columns",
     "redact_url",
 ]
@@ -69,6 +71,7 @@ for _obj in (
     database_url,
     failure_table,
     make_engine,
+    migrate_tables,
     missing_columns,
     redact_url,
 ):

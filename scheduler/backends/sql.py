@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from anyio.abc import AsyncResource
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from eventbus.backends.sql import make_engine
+from eventbus.backends.sql import make_engine, missing_columns
 
 from .._jobs import JobDefinition
 from .._records import RunRecord, RunStatus, abandoned_error
@@ -321,38 +321,21 @@ class _Tables:
         if self._lock is None:
             self._lock = anyio.Lock()
         async with self._lock:
-            if not self._create:
-                if not self._ready:
-                    async with self.engine.connect() as conn:
-                        self._missing = await conn.run_sync(_missing_columns)
-                    self._ready = True
+            if self._ready:
                 return
-            for attempt in range(1, _CREATE_ATTEMPTS + 1):
-                if self._ready:
-                    return
-                try:
-                    await create_tables(self.engine)
-                except sa.exc.DBAPIError:
-                    # another process created a table or column between our check and
-                    # create; the next attempt sees it
-                    if attempt == _CREATE_ATTEMPTS:
-                        raise
-                    await anyio.sleep(0.05 * attempt)
-                else:
-                    self._ready = True
+            if self._create:
+                await create_tables(self.engine)  # replicas starting together retry there
+            else:
+                async with self.engine.connect() as conn:
+                    self._missing = await conn.run_sync(_missing_columns)
+            self._ready = True
 
 
 def _missing_columns(conn: sa.Connection) -> set[tuple[str, str]]:
     """(table, column) pairs the existing tables lack (a table that is missing lacks none:
     reading it fails with the database's own error)."""
-    inspector = sa.inspect(conn)
-    missing = set()
-    for table in metadata.sorted_tables:
-        if not inspector.has_table(table.name):
-            continue
-        present = {c["name"] for c in inspector.get_columns(table.name)}
-        missing |= {(table.name, c.name) for c in table.columns if c.name not in present}
-    return missing
-
-
-_CREATE_ATTEMPTS = 4
+    return {
+        (table.name, name)
+        for table in metadata.sorted_tables
+        for name in missing_columns(conn, table)
+    }
