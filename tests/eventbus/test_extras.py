@@ -71,7 +71,6 @@ def test_an_optional_module_without_its_extra_fails_with_one_line(
     ("name", "backend", "blocked", "extra"),
     [
         pytest.param("RedisLock", "redis", "redis", "redis", id="RedisLock"),
-        pytest.param("make_redis_client", "redis", "redis", "redis", id="make_redis_client"),
         pytest.param("SqlRunStore", "sql", "sqlalchemy", "sql", id="SqlRunStore"),
         pytest.param("SqlJobStore", "sql", "sqlalchemy", "sql", id="SqlJobStore"),
     ],
