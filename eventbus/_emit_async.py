@@ -1,5 +1,8 @@
 """``emit_async()``: run every listener of a plan and wait for all of them.
 
+:func:`emit_async` is the bus's method (bound in :class:`~eventbus.EventBus`'s class body);
+:func:`run_plan` does the work.
+
 Sync listeners run first, inline and in order; async ones then run concurrently, each in its
 own task (a copy of the publisher's context), or in the publisher's own task when there is
 only one. With ``concurrent=False`` every listener runs in the publisher's task, one after
@@ -11,24 +14,65 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._calls import add_note_once, call_async, cancelled_from_outside, on_asyncio
+from ._calls import add_note_once, call_async, cancelled_from_outside, checkpoint, on_asyncio
 from ._compiler import Runtime
 from ._emission import Emission
-from ._events import Event
+from ._events import Event, coerce_event
 from ._exceptions import ListenerErrors, RecursionLimitError
 from ._listeners import ErrorPolicy, Listener, Outcome, new_outcome
 from ._sink import FailureSink
 from ._table import Plan
 
-__all__ = ["new_emission", "run_plan"]
+if TYPE_CHECKING:
+    from ._bus import EventBus
+
+__all__ = ["emit_async", "new_emission", "run_plan"]
 
 _perf = time.perf_counter
 _new = object.__new__
 _isawaitable = inspect.isawaitable
+
+
+async def emit_async(
+    bus: EventBus,
+    event: Event | str,
+    payload: Mapping[str, Any] | None = None,
+    /,
+    *,
+    concurrent: bool = True,
+) -> list[Outcome]:
+    """Run every matching listener (async ones concurrently) and wait for all of them.
+
+    :param concurrent: false: await the listeners one after another, in order (a failure
+        does not stop the rest), as blinker's ``send_async`` does
+    :return: one :class:`Outcome` per listener, in call order
+    :raises ListenerErrors: under ``errors="propagate"``, after every listener finished
+    """
+    await checkpoint()
+    if bus._thread is not None:
+        bus._loop.check("emit_async", event)
+    if payload is not None or not isinstance(event, Event):
+        event = coerce_event(bus.registry, event, payload)
+    plan = bus._table.plan(type(event))
+    compiled = bus._compiled
+    if concurrent is not True and concurrent is not False:
+        raise TypeError(f"concurrent={concurrent!r} must be True or False")
+    observer = compiled.observer
+    if observer is None:
+        return await run_plan(plan, event, compiled.runtime, compiled.policy, concurrent)
+    emission = new_emission(compiled.runtime, event)
+    return await observer.emit_async(
+        plan,
+        emission,
+        functools.partial(
+            run_plan, plan, event, compiled.runtime, compiled.policy, concurrent, emission
+        ),
+    )
 
 
 def new_emission(runtime: Runtime, event: Event) -> Emission:

@@ -78,11 +78,12 @@ class LoopThread:
         """The bus is closed: any thread may emit again (to a bus that is not running)."""
         self.ident = self._token = self._tg = None
 
-    def check(self, call: str, event: str) -> None:
-        """:raises WrongThreadError: if the bus runs and this is not its loop's thread"""
+    def check(self, call: str, event: object) -> None:
+        """:raises WrongThreadError: naming *call* and *event* (an event, a type or a name), if
+        the bus runs and this is not its loop's thread"""
         ident = self.ident
         if ident is not None and ident != get_ident():
-            raise WrongThreadError(call, event, _name(get_ident()), _name(ident))
+            raise WrongThreadError(call, _event_name(event), _name(get_ident()), _name(ident))
 
     def submit(self, fn: Callable[[Any], Awaitable[T]], arg: Any, event: str) -> Future[T]:
         """Start ``fn(arg)`` as a task in the loop, from another thread; its future.
@@ -153,6 +154,13 @@ class LoopThread:
             self._running.discard(scope)
             if not self._running and self._idle is not None:
                 self._idle.set()
+
+
+def _event_name(event: object) -> str:
+    """The event name an error message shows for what an emit was given."""
+    if isinstance(event, str):
+        return event
+    return getattr(event, "__event_name__", None) or type(event).__name__
 
 
 def _name(ident: int) -> str:
