@@ -7,7 +7,8 @@ The bus owns parts that each keep their own state and know nothing of the bus:
 * :class:`~eventbus._sink.FailureSink`: records, rate-limited log lines, the ``on_failure`` hook;
 * :class:`~eventbus._pool.WorkerPool`: the bounded queue of async calls, its workers, the drain;
 * :class:`~eventbus._nesting.Nesting`: how deep emits are nested (``max_depth``);
-* :func:`~eventbus._emit_async.run_plan`: what ``emit_async()`` runs.
+* :func:`~eventbus._emit_async.run_plan`: what ``emit_async()`` runs;
+* :class:`~eventbus._counting.CallCounts`: per-listener call counts, when they are on.
 
 Methods that are not the hot path are bound from the modules of their concept (the class
 body lists them): the subscription front-end (:mod:`~eventbus._subscribing`), ``publish``
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from . import _durable_front, _emit_async, _lifecycle, _retry, _subscribing
 from ._compiler import DispatchCache, Runtime
+from ._counting import ListenerStatistics
 from ._emission import register_emit_frame
 from ._events import Event, EventRegistry, coerce_event, default_registry
 from ._exceptions import RecursionLimitError
@@ -79,6 +81,8 @@ class EventBus:
         :class:`eventbus.durable.RedisStreams`): enables :meth:`publish` and
         ``on(..., durable=True)``; it runs in the bus's task group, its dead deliveries go to
         the bus's failure store, and it emits its lifecycle events on the bus
+    :param count_calls: count each listener's calls and failures per event, for
+        :meth:`listener_statistics` (default off: a bus that does not count pays nothing)
     :raises TypeError: if *on_failure* is async (the bus would never await it)
     """
 
@@ -113,6 +117,7 @@ class EventBus:
         on_failure: Callable[[FailureRecord], None] | None = None,
         max_listeners: int = 100,
         durable: DurableTransport | None = None,
+        count_calls: bool = False,
     ) -> None:
         if queue_size < 0 or workers < 1 or max_depth < 1 or shutdown_grace < 0:
             raise ValueError(
@@ -137,6 +142,7 @@ class EventBus:
         self._host = TaskGroupHost()
         self._loop = LoopThread()
         self._thread: int | None = None  # the running loop's thread: _loop.ident, for emit()
+        self.count_calls = count_calls
         self._durable = durable
         if durable is not None:
             _durable_front.bind(self, durable)
@@ -213,6 +219,18 @@ class EventBus:
     @retry_backoff.setter
     def retry_backoff(self, seconds: float) -> None:
         self._pool.backoff = seconds
+
+    @property
+    def count_calls(self) -> bool:
+        """Whether each listener's calls are counted (:meth:`listener_statistics`); changing
+        it recompiles the dispatch functions, and the counts so far are kept."""
+        return self._compiled.counting
+
+    @count_calls.setter
+    def count_calls(self, on: bool) -> None:
+        if on is not True and on is not False:
+            raise TypeError(f"count_calls={on!r} must be True or False")
+        self._compiled.counting = on
 
     @property
     def running(self) -> bool:
@@ -360,6 +378,11 @@ class EventBus:
             dropped=pool.dropped,
             failures=self._sink.count,
         )
+
+    def listener_statistics(self) -> list[ListenerStatistics]:
+        """Calls and failures per event and listener, counted while :attr:`count_calls` was on
+        (see :mod:`eventbus._counting` for what is a call); empty if it never was."""
+        return self._compiled.counts.snapshot()
 
     # -- lifecycle ----------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._calls import add_note_once, call_async, cancelled_from_outside, checkpoint, on_asyncio
-from ._compiler import Runtime
+from ._compiler import DispatchCache, Runtime
 from ._emission import Emission
 from ._events import Event, coerce_event
 from ._exceptions import ListenerErrors, RecursionLimitError
@@ -62,17 +62,27 @@ async def emit_async(
     compiled = bus._compiled
     if concurrent is not True and concurrent is not False:
         raise TypeError(f"concurrent={concurrent!r} must be True or False")
-    observer = compiled.observer
-    if observer is None:
+    if not compiled.hooked:
         return await run_plan(plan, event, compiled.runtime, compiled.policy, concurrent)
-    emission = new_emission(compiled.runtime, event)
-    return await observer.emit_async(
-        plan,
-        emission,
-        functools.partial(
-            run_plan, plan, event, compiled.runtime, compiled.policy, concurrent, emission
-        ),
+    return await _run_hooked(compiled, plan, event, concurrent)
+
+
+async def _run_hooked(
+    compiled: DispatchCache, plan: Plan, event: Event, concurrent: bool
+) -> list[Outcome]:
+    """:func:`run_plan` observed by instrumentation, or with its calls counted, or both."""
+    runtime = compiled.runtime
+    emission = new_emission(runtime, event)
+    outcomes: list[Any] = [None] * len(plan.listeners)
+    run = functools.partial(
+        run_plan, plan, event, runtime, compiled.policy, concurrent, emission, outcomes
     )
+    observer = compiled.observer
+    try:
+        return await (run() if observer is None else observer.emit_async(plan, emission, run))
+    finally:
+        if compiled.counting:
+            compiled.counts.delivered(plan, outcomes)
 
 
 def new_emission(runtime: Runtime, event: Event) -> Emission:
@@ -96,16 +106,20 @@ async def run_plan(
     policy: ErrorPolicy,
     concurrent: bool = True,
     emission: Emission | None = None,
+    outcomes: list[Any] | None = None,
 ) -> list[Outcome]:
     """Run *plan*'s listeners for *event*, one hop deeper, and return their outcomes.
 
     :param policy: the bus's default error policy
     :param concurrent: false: await each async listener before the next listener starts
     :param emission: made by :func:`new_emission` already (instrumentation needs it first)
+    :param outcomes: with *emission*: a list of ``None`` per listener, filled in as calls end,
+        for a caller that must see them however this ends (counting calls)
     :raises RecursionLimitError: if emits are already nested ``max_depth`` deep
     :raises ListenerErrors: when listeners under the ``propagate`` policy failed, once all ran
     """
     nesting, sink = runtime.nesting, runtime.sink
+    subs = plan.listeners
     if emission is None:  # new_emission(), inline: this is emit_async()'s hot path
         # What the listeners' own emits and failures refer to.
         top = nesting.top
@@ -117,11 +131,14 @@ async def run_plan(
             raise RecursionLimitError(event.__event_name__, nesting.max_depth)
         else:
             emission = cause.child(event)
-    subs = plan.listeners
-    if not subs:
+        if not subs:
+            return []
+        # Outcome | None until every call ended (None: a once listener this emit did not run).
+        outcomes = [None] * len(subs)
+    elif not subs:
         return []
-    # Outcome | None until every call ended (None: a once listener this emit did not run).
-    outcomes: list[Any] = [None] * len(subs)
+    elif outcomes is None:
+        outcomes = [None] * len(subs)
     spawn: list[tuple[int, Listener]] = []
     skipped = False
     failures_before = sink.count
