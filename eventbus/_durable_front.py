@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._events import Event
 from ._exceptions import DuplicateListenerError, DurableError
+from ._listeners import default_listener_name
 
 if TYPE_CHECKING:
     from ._bus import EventBus
@@ -98,7 +99,11 @@ def durable_subscriber(
     name: str | None,
     other_options: bool,
 ) -> Any:
-    """``on(event, durable=True)``: checked now, handed to the durable transport."""
+    """``on(event, durable=True)``: checked now, handed to the durable transport; its name
+    is then taken for in-process listeners too (and the other way round).
+
+    :raises DuplicateListenerError: if a listener of the bus, of either kind, has the name
+    """
     if isinstance(event, str):
         raise DurableError(
             "on", event, "a durable listener subscribes to one event type, not a name or pattern"
@@ -111,12 +116,16 @@ def durable_subscriber(
             "once=, timeout=, retries=, errors=, priority= and times= do not apply to a durable "
             "listener (deliveries are retried per DurableOptions, then dead-lettered)",
         )
-    lname = name
-    if lname is not None and bus.listener(lname) is not None:
-        raise DuplicateListenerError(lname)
+    if name is not None and bus._table.taken(name):
+        raise DuplicateListenerError(name)
 
     def subscribe(fn: Callable[..., Any]) -> Callable[..., Any]:
-        transport.subscribe(event, fn, name=lname)
+        # One name space for both kinds: failure rows and retries find listeners by name.
+        shown = name if name is not None else default_listener_name(fn)
+        if bus._table.taken(shown):
+            raise DuplicateListenerError(shown)
+        made = transport.subscribe(event, fn, name=name)
+        bus._table.reserved.add(getattr(made, "name", shown))
         return fn
 
     return subscribe if listener is None else subscribe(listener)

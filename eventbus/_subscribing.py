@@ -105,7 +105,8 @@ def on(
         through a consumer group of its own (``service:name``; give a stable *name*); the
         listener may take ``tx``, an open connection whose writes happen once per event.
         The other options do not apply (retries follow ``DurableOptions``)
-    :raises DuplicateListenerError: if another listener on this bus already has that name
+    :raises DuplicateListenerError: if another listener on this bus, in-process or durable,
+        already has that name
     :raises ValueError: naming the option, for a value out of range (``times=0``)
     :raises TypeError: naming the option, for a value of the wrong type
     """

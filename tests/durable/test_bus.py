@@ -103,6 +103,32 @@ async def test_what_is_not_durable_is_refused_with_the_reason(
         bus.on(OrderPaid, print, durable=True, name="taken")
 
 
+def grant_points(e: OrderPaid) -> None:
+    """A listener subscribed durably under its default name, then in-process."""
+
+
+async def test_listener_names_are_unique_across_durable_and_in_process_listeners(
+    durable_bus: tuple[EventBus, RedisStreams],
+) -> None:
+    from eventbus import DuplicateListenerError
+
+    bus, streams = durable_bus
+    bus.on(OrderPaid, print, durable=True, name="rewards.grant")
+    with pytest.raises(DuplicateListenerError, match="'rewards.grant' is already subscribed"):
+        bus.on(OrderPaid, print, name="rewards.grant")
+    with pytest.raises(DuplicateListenerError, match="'rewards.grant' is already subscribed"):
+        bus.on(Refunded, print, name="rewards.grant")  # another event: still one name
+    bus.on(OrderPaid, grant_points, durable=True)  # its default name, module:qualname
+    default = "tests.durable.test_bus:grant_points"
+    with pytest.raises(DuplicateListenerError, match=f"'{default}' is already subscribed"):
+        bus.on(OrderPaid, grant_points)
+    bus.on(OrderPaid, print, name="local")
+    with pytest.raises(DuplicateListenerError, match="'local' is already subscribed"):
+        bus.on(OrderPaid, grant_points, durable=True, name="local")
+    assert [lst.name for lst in streams.listeners()] == ["rewards.grant", default]
+    assert [lst.name for lst in bus.listeners(OrderPaid)] == ["local"]
+
+
 async def test_a_dead_delivery_goes_to_the_bus_store_and_hook_and_is_retried_by_redelivery(
     make_streams: Factory, engine: AsyncEngine, client: Redis
 ) -> None:
