@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ._emission import current_emission
 from ._events import Event
 from ._exceptions import DuplicateListenerError, DurableError
 from ._listeners import default_listener_name
@@ -48,15 +49,23 @@ async def publish(
 
     :param aggregate_key: what the event is about (an order id): listeners that apply
         events in order compare the envelope's ``seq`` per key
-    :param causation_id: the id of what caused it (an event, a command)
-    :param correlation_id: the id shared by everything one request caused
+    :param causation_id: the id of what caused it (an event, a command); default, while a
+        listener runs: the event id of the emission it runs for (``current_emission()``)
+    :param correlation_id: the id shared by everything one request caused; default, while a
+        listener runs: its emission's ``correlation_id``
     :param headers: small text values carried in the envelope
     :return: the event id, which the envelope and ``current_delivery()`` carry
     :raises DurableError: if the bus has no durable transport, or the event's type was
         not declared ``durable=True``
     :raises NoTransactionError: if *conn* has no open transaction
     """
-    return await durable_transport(bus, "publish", event).publish(
+    transport = durable_transport(bus, "publish", event)
+    if causation_id is None or correlation_id is None:
+        cause = current_emission()  # the chain goes on across processes
+        if cause is not None:
+            causation_id = causation_id if causation_id is not None else cause.event_id
+            correlation_id = correlation_id if correlation_id is not None else cause.correlation_id
+    return await transport.publish(
         event,
         conn,
         aggregate_key=aggregate_key,
