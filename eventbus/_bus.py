@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Self
@@ -38,7 +39,7 @@ from ._observe import Observer
 from ._pool import WorkerPool
 from ._sink import FailureSink
 from ._table import ListenerTable, check_max_listeners, check_policy
-from ._threads import LoopThread, get_ident
+from ._threads import LoopThread
 from .backends.memory import MemoryFailureStore
 
 if TYPE_CHECKING:
@@ -141,7 +142,9 @@ class EventBus:
         self._dispatch = self._compiled.entries
         self._host = TaskGroupHost()
         self._loop = LoopThread()
-        self._thread: int | None = None  # the running loop's thread: _loop.ident, for emit()
+        #: while the bus runs, a thread-local whose ``__dict__`` is non-empty in the loop's
+        #: thread only: emit()'s thread check (see eventbus._threads.thread_mark)
+        self._thread: threading.local | None = None
         self.count_calls = count_calls
         self._durable = durable
         if durable is not None:
@@ -291,7 +294,7 @@ class EventBus:
                 return None
             # Idle while the bus runs: the same, from the loop's thread only. Written out
             # twice so that a bus that does not run pays nothing for the thread check.
-            if payload is None and nesting.top is RUNNING and self._thread == get_ident():
+            if payload is None and nesting.top is RUNNING and self._thread.__dict__:
                 nesting.top = event
                 try:
                     if (value := call(event)) is not None:

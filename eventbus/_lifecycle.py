@@ -28,7 +28,7 @@ async def start(bus: EventBus, tg: TaskGroup) -> None:
     await bus.failures.start(tg)
     bus._pool.start(tg, size=bus.queue_size, workers=bus.workers)
     bus._loop.open(tg)
-    bus._thread = bus._loop.ident
+    bus._thread = bus._loop.mark
     bus._nesting.running(True)
     if bus.durable is not None:
         try:
@@ -52,9 +52,9 @@ async def drain(bus: EventBus) -> None:
         await bus.failures.aclose()
     finally:
         bus._pool.stopped()
+        bus._nesting.running(False)  # first: emit() reads the mark only while running
         bus._loop.forget()
         bus._thread = None
-        bus._nesting.running(False)
 
 
 class TaskGroupHost:
