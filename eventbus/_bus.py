@@ -13,7 +13,7 @@ The bus owns parts that each keep their own state and know nothing of the bus:
 Methods that are not the hot path are bound from the modules of their concept (the class
 body lists them): the subscription front-end (:mod:`~eventbus._subscribing`), ``publish``
 (:mod:`~eventbus._durable_front`), ``emit_async`` (:mod:`~eventbus._emit_async`),
-``retry_failures`` (:mod:`~eventbus._retry`).
+``retry_failures`` (:mod:`~eventbus._retry`), instrumentation (:mod:`~eventbus._observe`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Self
 
 from . import _durable_front, _emit_async, _lifecycle, _retry, _subscribing
+from . import _observe as _observe_mod
 from ._compiler import DispatchCache, Runtime
 from ._counting import ListenerStatistics
 from ._emission import register_emit_frame
@@ -35,7 +36,6 @@ from ._failures import FailureRecord
 from ._lifecycle import TaskGroupHost
 from ._listeners import ErrorPolicy, Outcome
 from ._nesting import RUNNING, Nesting
-from ._observe import Observer
 from ._pool import WorkerPool
 from ._sink import FailureSink
 from ._table import ListenerTable, check_max_listeners, check_policy
@@ -331,18 +331,7 @@ class EventBus:
         finally:
             nesting.top = saved
 
-    def _observe(self, observer: Observer | None) -> None:
-        """Attach instrumentation (see :mod:`eventbus._observe`), or detach it with ``None``."""
-        previous = self._compiled.observer
-        if previous is not None:
-            self._sink.observers.remove(previous.failed)
-        self._compiled.observer = observer
-        self._table.wrap = None if observer is None else observer.listener
-        for sub in self._table:
-            sub.call = sub.fn if observer is None else observer.listener(sub)
-        if observer is not None:
-            self._sink.observers.append(observer.failed)
-        self._table.invalidate()  # recompiled with the listeners' new calls, and wrapped
+    _observe = _observe_mod.attach
 
     def _dispatch_source(self, event: type[Event]) -> str | None:
         """The generated source ``emit()`` runs for *event* (``None``: it calls one listener)."""
