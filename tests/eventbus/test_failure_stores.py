@@ -237,14 +237,24 @@ async def record_failures(store: FailureStore, *events: Event) -> None:
                 bus.emit(e)
 
 
+def fixed_listener_bus(store: FailureStore) -> tuple[EventBus, Flaky]:
+    """The process that retries: its listener ``flaky`` was fixed (it succeeds now)."""
+    bus = EventBus(reg, store)
+    flaky = Flaky()
+    flaky.failing = False
+    bus.on("**", flaky, name="flaky")
+    return bus, flaky
+
+
+def replace_id(event: OrderPaid, order_id: int) -> OrderPaid:
+    return OrderPaid(order_id=order_id, amount=event.amount, paid_at=event.paid_at, ref=event.ref)
+
+
 async def test_a_retry_that_succeeds_resolves_the_row_with_the_rehydrated_event(
     make_store: Callable[[], FailureStore],
 ) -> None:
     await record_failures(make_store(), PAID)
-    bus = EventBus(reg, make_store())  # the process that retries
-    flaky = Flaky()
-    flaky.failing = False
-    bus.on("**", flaky, name="flaky")
+    bus, flaky = fixed_listener_bus(make_store())
     with anyio.fail_after(10):
         async with bus:
             report = await bus.retry_failures()
@@ -376,10 +386,7 @@ async def test_a_retry_by_ids_retries_exactly_those_failures(
     make_store: Callable[[], FailureStore],
 ) -> None:
     await record_failures(make_store(), PAID, replace_id(PAID, 2), replace_id(PAID, 3))
-    bus = EventBus(reg, make_store())  # the process that retries
-    flaky = Flaky()
-    flaky.failing = False
-    bus.on("**", flaky, name="flaky")
+    bus, flaky = fixed_listener_bus(make_store())
     with anyio.fail_after(10):
         async with bus:
             third, second, first = await bus.failures.query()
@@ -397,10 +404,6 @@ async def test_a_retry_by_ids_retries_exactly_those_failures(
         second.id: FailureStatus.RESOLVED,
         first.id: FailureStatus.PENDING,
     }
-
-
-def replace_id(event: OrderPaid, order_id: int) -> OrderPaid:
-    return OrderPaid(order_id=order_id, amount=event.amount, paid_at=event.paid_at, ref=event.ref)
 
 
 async def test_a_retry_by_ids_refuses_a_string_and_other_filters(store: FailureStore) -> None:
