@@ -248,7 +248,6 @@ def durable_server(redis_url: str, tmp_path: Path, fragile: Fragile) -> Iterator
         service="shop",
         registry=REG,
         options=replace(FAST, max_deliveries=1),
-        prefix=f"browser-{os.getpid()}",
     )
     bus = EventBus(REG, MemoryFailureStore(), durable=streams)
     bus.on(OrderPaid, fragile, durable=True, name="fragile")
