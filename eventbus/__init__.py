@@ -27,6 +27,7 @@ from ._bus import BusStatistics as BusStatistics
 from ._bus import EventBus as EventBus
 from ._codec import decode_payload as decode_payload
 from ._codec import encode_payload as encode_payload
+from ._counting import ListenerStatistics as ListenerStatistics
 from ._emission import Emission as Emission
 from ._emission import current_emission as current_emission
 from ._events import Event as Event
@@ -81,6 +82,7 @@ __all__ = [
     "ListenerErrors",
     "ListenerLookupError",
     "ListenerShutdownError",
+    "ListenerStatistics",
     "ListenerTimeoutError",
     "MaxListenersExceededWarning",
     "MemoryFailureStore",

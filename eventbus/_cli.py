@@ -29,6 +29,7 @@ from typing import Any
 import anyio
 
 from ._bus import EventBus
+from ._chain import causation_chain
 from ._cli_streams import StreamsInputError, add_streams_parser
 from ._doctor import add_doctor_parser, doctor
 from ._failures import FailureRecord, FailureStatus
@@ -200,7 +201,8 @@ async def _list(args: argparse.Namespace) -> int:
 async def _show(args: argparse.Namespace) -> int:
     async with await _open(args.db) as store:
         rec = await _find(store, args.id)
-        chain = await _chain(store, rec)
+        links = await causation_chain(store, rec)
+    chain = [(link.event_id or "…", link.event_name) for link in links]
     if args.json:
         _print_json(
             {**_as_dict(rec), "chain": [{"event_id": i, "event_name": n} for i, n in chain]}
@@ -343,28 +345,6 @@ async def _find(store: SqlFailureStore, key: str) -> FailureRecord:
     if rec is None:
         raise _InputError(f"no failure with id {key!r}; 'failures list' shows the ids")
     return rec
-
-
-async def _chain(store: SqlFailureStore, rec: FailureRecord) -> list[tuple[str, str | None]]:
-    """``(event id, event name or None)`` from the chain's first event to *rec*'s, as far as
-    the failure table knows it: an event none of whose listeners failed left no row, so its
-    name is unknown, and what caused it is not known either (the first event's id is)."""
-    if rec.correlation_id is None:
-        return []
-    rows = await store.query(correlation=rec.correlation_id, limit=None)
-    names = {r.event_id: r for r in rows}
-    chain: list[tuple[str, str | None]] = [(rec.event_id, rec.event_name)]
-    cause = rec.causation_id
-    while cause is not None and len(chain) < 1000:
-        known = names.get(cause)
-        chain.append((cause, None if known is None else known.event_name))
-        if known is None:
-            if cause != rec.correlation_id:
-                chain.append(("…", None))
-                chain.append((rec.correlation_id, None))
-            break
-        cause = known.causation_id
-    return chain[::-1]
 
 
 def _chain_line(event_id: str, name: str | None, rec: FailureRecord) -> str:

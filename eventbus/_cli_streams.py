@@ -197,15 +197,13 @@ async def _pending(args: argparse.Namespace) -> int:
 
 
 async def _dead(args: argparse.Namespace) -> int:
-    from .durable._status import dead_letters, discover_events
+    from .durable._status import discover_events
 
     async def work(streams: RedisStreams) -> int:
         names = [args.event] if args.event else await discover_events(streams.client, streams.keys)
         letters = []
         for name in names:
-            letters += await dead_letters(
-                streams.client, streams.keys, name, group=args.group, limit=args.limit
-            )
+            letters += await streams.dead_letters(name, group=args.group, limit=args.limit)
         letters = letters[: args.limit]
         if args.json:
             _print_json([_plain(d) for d in letters])

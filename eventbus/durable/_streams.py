@@ -39,7 +39,7 @@ from ._outbox import Outbox
 from ._relay import Relay
 from ._runtime import Fault, Runtime, logger, utcnow
 from ._stats import DurableStatistics, RelayCounters
-from ._status import StreamStatus, discover_events, stream_status
+from ._status import DeadLetter, StreamStatus, dead_letters, discover_events, stream_status
 from ._tables import create_durable_tables, inbox, inbox_table, outbox, outbox_table
 from ._tasks import Tasks
 
@@ -339,6 +339,13 @@ class RedisStreams:
             list(events) if events is not None else await discover_events(self.client, self.keys)
         )
         return [await stream_status(self.client, self.keys, n) for n in names]
+
+    async def dead_letters(
+        self, event: str, *, group: str | None = None, limit: int | None = 100
+    ) -> list[DeadLetter]:
+        """Dead letters of *event*, oldest first (of one *group* if given): what
+        :meth:`replay` hands back, by their ``dead_id``."""
+        return await dead_letters(self.client, self.keys, event, group=group, limit=limit)
 
     async def sweep(self, events: Sequence[str] | None = None) -> int:
         """Run the janitor once now, whoever's turn it is, over the streams of *events*
