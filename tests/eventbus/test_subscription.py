@@ -16,6 +16,7 @@ from eventbus import (
     ListenerLookupError,
     UnknownEventError,
 )
+from eventbus.testing import AsyncRecordingListener
 from tests.eventbus.helpers import OrderPaid, OrderShipped, Recorder, count_plan_builds, explode
 
 PAID = OrderPaid(order_id=1, user_id=7)
@@ -308,6 +309,37 @@ async def test_async_listener_behind_functools_wraps_runs_as_async(bus: EventBus
     with anyio.fail_after(3):
         [out] = await bus.emit_async(PAID)
     assert (ran, out.value, out.ok) == ([PAID], "granted", True)
+
+
+class AsyncCallable:
+    async def __call__(self, e: Event) -> str:
+        await anyio.lowlevel.checkpoint()
+        return "called"
+
+
+class InheritsAsyncCall(AsyncCallable):
+    """Its async ``__call__`` comes from the base class."""
+
+
+class MyRecorder(AsyncRecordingListener):
+    """A subclass of the testing helper: its ``__call__`` is inherited too."""
+
+
+async def test_an_inherited_async_call_makes_an_async_listener(bus: EventBus) -> None:
+    """Regression test: only a ``__call__`` defined on the instance's own class was seen, so
+    these ran as sync listeners whose coroutine was closed and recorded as a TypeError."""
+    recorder = MyRecorder()
+    bus.on(OrderPaid, InheritsAsyncCall(), name="inherits")
+    bus.on(OrderPaid, recorder, name="recorder")
+    assert [s.is_async for s in bus.listeners(OrderPaid)] == [True, True]
+    async with bus:
+        bus.emit(PAID)
+        with anyio.fail_after(3):
+            await recorder.wait_for(1)
+        outs = await bus.emit_async(PAID)
+    assert [o.value for o in outs] == ["called", None]
+    assert recorder.events == [PAID, PAID]
+    assert await bus.failures.query() == []
 
 
 async def test_emit_async_reuses_the_plan_cached_by_emit(bus: EventBus, rec: Recorder) -> None:
