@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Literal
 from ._calls import call_once
 from ._codec import decode_payload
 from ._exceptions import PayloadError, UnknownEventError
-from ._failures import FailureRecord, FailureStatus, check_failure_ids, qualified_type
+from ._failures import FailureRecord, FailureStatus, check_failure_ids, qualified_type, safe_str
 from ._patterns import matches
 
 if TYPE_CHECKING:
@@ -235,12 +235,12 @@ async def _retry_one(bus: EventBus, rec: FailureRecord, max_attempts: int) -> Re
             attempts=attempts,
             last_failed_at=now,
             error_type=qualified_type(err),
-            message=str(err),
+            message=safe_str(err),
             traceback="".join(traceback.format_exception(err)),
             note=f"dead after {attempts} attempts (max_attempts={max_attempts})" if dead else None,
         )
     )
-    reason = f"{qualified_type(err)}: {err}"
+    reason = f"{qualified_type(err)}: {safe_str(err)}"
     return RetryItem(
         rec.id, rec.event_name, rec.listener, "dead" if dead else "failed", attempts, reason
     )
@@ -269,7 +269,7 @@ async def _redeliver(bus: EventBus, rec: FailureRecord) -> RetryItem:
     try:
         entry = await durable.redeliver(rec)
     except Exception as exc:
-        reason = f"could not redeliver: {qualified_type(exc)}: {exc}"
+        reason = f"could not redeliver: {qualified_type(exc)}: {safe_str(exc)}"
         return RetryItem(rec.id, rec.event_name, rec.listener, "skipped", rec.attempts, reason)
     return RetryItem(
         rec.id, rec.event_name, rec.listener, "redelivered", rec.attempts, f"as entry {entry}"
