@@ -200,21 +200,27 @@ class ListenerTable:
         )
         if self.wrap is not None:
             sub.call = self.wrap(sub)
+        # Before registering: under warnings-as-errors the warning raises, and then nothing
+        # is subscribed (a subscribed() block would otherwise leak what it never entered).
+        leaking = self._check_leak(pattern)
         self._subs.append(sub)
         self._names[lname] = sub
         self.invalidate()
         self._per_pattern[pattern] += 1
-        self._check_leak(pattern)
+        if leaking:
+            self._warned.add(pattern)
         return sub
 
-    def _check_leak(self, pattern: str) -> None:
-        limit, n = self.max_listeners, self._per_pattern[pattern]
+    def _check_leak(self, pattern: str) -> bool:
+        """Warn if one more listener on *pattern* passes the limit (once per pattern, until
+        back under it); whether it did."""
+        limit, n = self.max_listeners, self._per_pattern[pattern] + 1
         if not limit or n <= limit or pattern in self._warned:
-            return
-        self._warned.add(pattern)
+            return False
         warnings.warn(
             MaxListenersExceededWarning(pattern, n, limit), stacklevel=_caller_stacklevel()
         )
+        return True
 
     def remove_matching(self, event: type[Event] | str, listener: Callable[..., Any] | str) -> None:
         """Unsubscribe by function or by listener name (``off()``).
