@@ -132,16 +132,19 @@ class WorkerPool:
         self.accepting = True
         self.closing = False
 
-    async def drain(self, grace: float) -> None:
+    async def drain(self, grace: float, *, within: float | None = None) -> None:
         """Stop accepting, run what is queued for up to *grace* seconds, record the rest.
 
         Calls submitted from now until :meth:`stopped` are recorded as dropped.
+
+        :param within: seconds left of the grace period, when part of it was spent already
+            (records still name the whole *grace*)
         """
         assert self._send is not None and self._done is not None and self._scope is not None
         self.accepting = False
         self.closing = True
         self._send.close()  # workers finish what is queued, then see the end of stream
-        with anyio.move_on_after(grace):
+        with anyio.move_on_after(grace if within is None else within):
             await self._done.wait()
         if not self._done.is_set():
             for job in list(self._in_flight):
