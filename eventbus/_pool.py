@@ -180,10 +180,12 @@ class WorkerPool:
                     # Its own scope, cancelled by the drain: a job cut short is recorded as such
                     # even if the listener swallowed the cancellation and returned.
                     with anyio.CancelScope() as job.scope:
-                        call = call_async(job.listener, job.emission, self.sink, self.backoff, job)
+                        call = call_async(
+                            job.listener, job.emission, self.sink, self.backoff, job, own_task=True
+                        )
                         await run_in_context(ctx, call)
                 except anyio.get_cancelled_exc_class():
-                    raise  # the worker scope: the drain records the job
+                    raise  # a scope of ours (the drain records the job), or the bus's group
                 except BaseException:
                     self._in_flight.discard(job)  # it propagates, crashing the bus: not ours
                     raise

@@ -297,6 +297,44 @@ def test_shutdown_error_message_names_the_last_error() -> None:
     assert str(err).endswith("its last attempt raised ValueError: down")
 
 
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # trio: no task.cancel() without a scope
+@pytest.mark.parametrize("retries", [0, 1])
+async def test_a_listener_cancelling_its_worker_task_fails_and_the_worker_lives_on(
+    store: MemoryFailureStore, retries: int
+) -> None:
+    """Regression test: a listener that cancelled the task it ran in (``task.cancel()``, by
+    itself or by a library) ended its worker for good; the call stayed "in flight" until the
+    drain recorded it as cut short, and with one worker nothing else ran in the background."""
+    import asyncio
+
+    attempts: list[int] = []
+    ran = anyio.Event()
+
+    async def victim(e: Event) -> None:
+        attempts.append(1)
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        await asyncio.sleep(0)
+
+    async def good(e: OrderShipped) -> None:
+        ran.set()
+
+    bus = EventBus(reg, store, workers=1, retry_backoff=0)
+    bus.on(OrderPaid, victim, retries=retries)
+    bus.on(OrderShipped, good)
+    async with bus:
+        bus.emit(PAID)
+        bus.emit(OrderShipped(order_id=1))
+        with anyio.fail_after(3):
+            await ran.wait()  # the only worker is still there
+        [r] = await store.query()
+        assert (r.listener.rsplit(".", 1)[-1], r.error_type) == ("victim", "asyncio.exceptions.CancelledError")
+        assert r.attempts == len(attempts) == retries + 1
+        assert bus.statistics().in_flight == 0
+    assert len(await store.query()) == 1  # nothing cut short by the drain
+
+
 @pytest.mark.parametrize(
     "anyio_backend",
     [
