@@ -177,9 +177,9 @@ async def call_async(
             return None, value, None
         except BaseException as exc:
             if not isinstance(exc, Exception):
-                if not isinstance(
-                    exc, anyio.get_cancelled_exc_class()
-                ) or cancelled_from_outside(own_task=own_task):
+                if not isinstance(exc, anyio.get_cancelled_exc_class()) or cancelled_from_outside(
+                    own_task=own_task
+                ):
                     raise
                 if own_task:
                     absorb_cancel()

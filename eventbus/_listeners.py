@@ -169,5 +169,5 @@ def is_async_callable(fn: Callable[..., Any]) -> bool:
         fn = inner
     # An instance's ``__call__`` may come from a base class (a subclass of
     # eventbus.testing.AsyncRecordingListener, say): look it up as Python does.
-    call = None if inspect.isroutine(fn) else getattr(type(fn), "__call__", None)
+    call = None if inspect.isroutine(fn) or not callable(fn) else type(fn).__call__
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)

@@ -329,7 +329,8 @@ async def test_a_listener_cancelling_its_worker_task_fails_and_the_worker_lives_
         with anyio.fail_after(3):
             await ran.wait()  # the only worker is still there
         [r] = await store.query()
-        assert (r.listener.rsplit(".", 1)[-1], r.error_type) == ("victim", "asyncio.exceptions.CancelledError")
+        assert r.listener.rsplit(".", 1)[-1] == "victim"
+        assert r.error_type == "asyncio.exceptions.CancelledError"
         assert r.attempts == len(attempts) == retries + 1
         assert bus.statistics().in_flight == 0
     assert len(await store.query()) == 1  # nothing cut short by the drain

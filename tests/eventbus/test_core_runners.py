@@ -290,5 +290,6 @@ async def test_a_listener_whose_task_is_cancelled_by_a_third_party_is_its_outcom
     assert isinstance(outs[0].error, asyncio.CancelledError) and outs[0].failure is not None
     assert outs[1].value == "ok"
     [r] = await store.query()
-    assert (r.listener.rsplit(".", 1)[-1], r.error_type) == ("victim", "asyncio.exceptions.CancelledError")
+    assert r.listener.rsplit(".", 1)[-1] == "victim"
+    assert r.error_type == "asyncio.exceptions.CancelledError"
     assert r.attempts == 1 + options.get("retries", 0)
