@@ -151,7 +151,7 @@ async def run_plan(
     skipped = False
     failures_before = sink.count
     # One hop for the whole emit: the listeners' tasks copy the context it sets.
-    token = nesting.enter_hop(emission)
+    hopping = nesting.enter_hop(emission)
     try:
         start = _perf()
         for i, sub in enumerate(subs):
@@ -194,7 +194,7 @@ async def run_plan(
             else:
                 await _gather_task_group(spawn, outcomes, emission, runtime)
     finally:
-        nesting.leave_hop(token)
+        nesting.leave_hop(hopping)
     done: list[Outcome] = [o for o in outcomes if o is not None] if skipped else outcomes
     if sink.count != failures_before:  # something failed: does anything propagate?
         raised: list[Exception] = []

@@ -175,7 +175,7 @@ class WorkerPool:
                 self._in_flight.add(job)
                 ctx = job.context
                 # The hop and the listener run in the job's copy of the publisher's context.
-                token = ctx.run(self.nesting.enter_hop, job.emission)
+                hopping = ctx.run(self.nesting.enter_hop, job.emission)
                 try:
                     # Its own scope, cancelled by the drain: a job cut short is recorded as such
                     # even if the listener swallowed the cancellation and returned.
@@ -190,7 +190,7 @@ class WorkerPool:
                     self._in_flight.discard(job)  # it propagates, crashing the bus: not ours
                     raise
                 finally:
-                    ctx.run(self.nesting.leave_hop, token)
+                    ctx.run(self.nesting.leave_hop, hopping)
                 if not job.scope.cancel_called:
                     self._in_flight.discard(job)  # else the drain records it
 

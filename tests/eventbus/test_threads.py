@@ -4,6 +4,8 @@ naming the fix; ``emit_threadsafe()`` hands the emit to the loop (real threads t
 from __future__ import annotations
 
 import concurrent.futures
+import functools
+import json
 import logging
 import re
 import threading
@@ -22,8 +24,9 @@ from eventbus import (
     PayloadError,
     UnknownEventError,
     WrongThreadError,
+    current_emission,
 )
-from tests.eventbus.helpers import OrderPaid, OrderShipped, explode, reg
+from tests.eventbus.helpers import OrderPaid, OrderShipped, UserRegistered, explode, reg
 
 PAID = OrderPaid(order_id=1, user_id=7)
 
@@ -280,3 +283,101 @@ async def test_cancelling_the_future_cancels_the_emit(bus: EventBus) -> None:
         async with bus:
             assert await in_thread(worker) is True
             await ended.wait()  # the listener saw the cancellation
+
+
+def test_a_bus_that_is_not_running_takes_emits_from_many_threads_at_once() -> None:
+    """Regression test: emits from several threads shared one nesting state, so one thread's
+    emit became another's cause, depths grew without end, and the bus stayed "in an emit"
+    for good. Each thread's emits nest on their own: sync ones, nested ones, failing ones,
+    and ``emit_async()`` run by an event loop of the thread's own (asyncio and trio)."""
+    import sys
+
+    store = MemoryFailureStore(max_records=1_000_000)
+    bus = EventBus(reg, store, max_depth=4)
+    outer: dict[int, tuple[str, int, str | None]] = {}  # order_id: (event_id, depth, cause)
+    inner: dict[int, tuple[int, str | None, str]] = {}  # order_id: (depth, cause, correlation)
+    wrong: list[str] = []
+
+    def record(e: OrderPaid | UserRegistered, n: int) -> None:
+        em = current_emission()
+        if em is None or em.event is not e:
+            wrong.append(f"{e!r} saw {em!r}")
+            return
+        outer[n] = (em.event_id, em.depth, em.causation_id)
+        bus.emit(OrderShipped(order_id=n))
+        if n % 7 == 0:
+            raise ValueError(f"pay {n}")
+
+    def pay(e: OrderPaid) -> None:
+        record(e, e.order_id)
+
+    async def register(e: UserRegistered) -> None:
+        await anyio.lowlevel.checkpoint()
+        record(e, e.user_id)
+
+    def ship(e: OrderShipped) -> None:
+        em = current_emission()
+        if em is None or em.event is not e:
+            wrong.append(f"ship({e.order_id}) saw {em!r}")
+            return
+        inner[e.order_id] = (em.depth, em.causation_id, em.correlation_id)
+        if e.order_id % 5 == 0:
+            raise ValueError(f"ship {e.order_id}")
+
+    bus.on(OrderPaid, pay)
+    bus.on(OrderPaid, lambda e: None, name="second")  # a generated dispatch function
+    bus.on(UserRegistered, register)  # async: for emit_async() in the threads' own loops
+    bus.on(OrderShipped, ship)  # a lone listener: emit() calls it itself
+    threads, each = 8, 150
+
+    def sync_worker(t: int) -> None:
+        for i in range(each):
+            bus.emit(OrderPaid(order_id=t * 10_000 + i, user_id=t))
+
+    def async_worker(t: int, backend: str) -> None:
+        async def main() -> None:
+            for i in range(each):
+                await bus.emit_async(UserRegistered(user_id=t * 10_000 + i))
+
+        anyio.run(main, backend=backend)
+
+    workers = [threading.Thread(target=sync_worker, args=(t,)) for t in range(threads)]
+    backends = ["asyncio", "trio", "asyncio", "trio"]
+    workers += [
+        threading.Thread(target=async_worker, args=(threads + k, b)) for k, b in enumerate(backends)
+    ]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows
+    try:
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not any(w.is_alive() for w in workers)
+    assert wrong == []
+    ids = sorted(t * 10_000 + i for t in range(threads + len(backends)) for i in range(each))
+    assert sorted(outer) == sorted(inner) == ids
+    for n in ids:
+        event_id, depth, cause = outer[n]
+        assert (depth, cause) == (1, None), n
+        assert inner[n] == (2, event_id, event_id), n
+    records = anyio.run(functools.partial(store.query, limit=None))
+    failed: dict[str, list[int]] = {"pay": [], "ship": []}
+    for r in records:
+        payload = json.loads(r.payload)
+        n = payload.get("order_id", payload.get("user_id"))
+        kind = "ship" if r.event_name == "order.shipped" else "pay"
+        failed[kind].append(n)
+        cause = None if kind == "pay" else outer[n][0]
+        assert (r.causation_id, r.correlation_id) == (cause, outer[n][0]), r
+        if kind == "pay":
+            assert r.event_id == outer[n][0]
+    assert sorted(failed["pay"]) == [n for n in ids if n % 7 == 0]
+    assert sorted(failed["ship"]) == [n for n in ids if n % 5 == 0]
+    # Nothing is left "in an emit": a new emit is a first one, of depth 1.
+    outer.clear()
+    bus.emit(OrderPaid(order_id=1, user_id=0))
+    assert outer[1][1:] == (1, None) and inner[1][:2] == (2, outer[1][0])
+    assert current_emission() is None
