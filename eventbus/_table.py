@@ -86,12 +86,34 @@ class ListenerTable:
         return iter(list(self._subs))
 
     def watch(self, cache: dict[Any, Any]) -> None:
-        """Clear *cache* whenever the subscriptions change (it holds what plans became)."""
+        """Keep *cache* (keyed by event type: what plans became) in step with the plans: an
+        entry goes when the subscriptions of its event type change."""
         self._watched.append(cache)
 
-    def invalidate(self) -> None:
+    def invalidate(self, pattern: str | None = None) -> None:
+        """Drop the plans (and what they became) of the event types a subscription to
+        *pattern* reaches; of every type without *pattern* (a new registry, say).
+
+        Only those: a subscription per request (``wait_for``, ``subscribed()``) rebuilds the
+        dispatch of the event it waits for, not of every other event the service emits.
+        """
+        if pattern is None:
+            for cache in self._watched:
+                cache.clear()
+            return
+        if is_pattern(pattern):
+            pat = compile_pattern(pattern)
+            stale = {
+                cls
+                for cache in self._watched
+                for cls in list(cache)  # a snapshot: another thread may be compiling
+                if match_segments(pat, tuple(cls.__event_name__.split(".")))
+            }
+        else:  # plans are built for the registry's classes only
+            stale = {self.registry.get(pattern)} if pattern in self.registry else set()
         for cache in self._watched:
-            cache.clear()
+            for cls in stale:
+                cache.pop(cls, None)
 
     # -- subscribing -------------------------------------------------------------------------
 
@@ -205,7 +227,7 @@ class ListenerTable:
         leaking = self._check_leak(pattern)
         self._subs.append(sub)
         self._names[lname] = sub
-        self.invalidate()
+        self.invalidate(pattern)
         self._per_pattern[pattern] += 1
         if leaking:
             self._warned.add(pattern)
@@ -246,7 +268,7 @@ class ListenerTable:
             return
         if self._names.get(sub.name) is sub:
             del self._names[sub.name]
-        self.invalidate()
+        self.invalidate(sub.pattern)
         self._per_pattern[sub.pattern] -= 1
         if self._per_pattern[sub.pattern] <= self.max_listeners:
             self._warned.discard(sub.pattern)  # warn again if it grows past the limit again
@@ -282,7 +304,12 @@ class ListenerTable:
                 )
             raise UnknownEventError(name or cls.__qualname__, hint)
         segs = tuple(name.split("."))
-        subs = [s for s in self._subs if s.pattern == name or match_segments(s.segments, segs)]
+        # A name without '*' matches itself only: the glob match runs for wildcards alone.
+        subs = [
+            s
+            for s in self._subs
+            if s.pattern == name or ("*" in s.pattern and match_segments(s.segments, segs))
+        ]
         if any(s.priority for s in subs):
             subs.sort(key=_by_priority)  # stable: subscription order among equal priorities
         return Plan(cls, tuple(subs))

@@ -17,7 +17,15 @@ from eventbus import (
     UnknownEventError,
 )
 from eventbus.testing import AsyncRecordingListener
-from tests.eventbus.helpers import OrderPaid, OrderShipped, Recorder, count_plan_builds, explode
+from tests.eventbus.helpers import (
+    OrderPaid,
+    OrderShipped,
+    Recorder,
+    UserRegistered,
+    count_compiles,
+    count_plan_builds,
+    explode,
+)
 
 PAID = OrderPaid(order_id=1, user_id=7)
 
@@ -225,6 +233,65 @@ def test_dispatch_cache_sees_subscribe_and_unsubscribe(bus: EventBus, rec: Recor
     bus.off("order.*", b)
     bus.emit(PAID)
     assert rec.tags == ["a", "a", "b", "b"]
+
+
+def test_a_subscription_change_rebuilds_only_the_event_types_it_matches(
+    bus: EventBus, rec: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression test: any on() or off() dropped the compiled dispatch of every event type,
+    so a subscription per request (``wait_for``, ``subscribed()``) recompiled them all."""
+    builds = count_plan_builds(bus)
+    compiled = count_compiles(monkeypatch)
+    events = [PAID, OrderShipped(order_id=1), UserRegistered(user_id=1)]
+    for tag in ("paid1", "paid2"):
+        bus.on(OrderPaid, rec.sync(tag))
+    for tag in ("shipped1", "shipped2"):
+        bus.on(OrderShipped, rec.sync(tag))
+    bus.on(UserRegistered, rec.sync("registered"))  # a lone listener: nothing compiled
+
+    def emit_all() -> None:
+        for e in events:
+            bus.emit(e)
+
+    emit_all()
+    assert (builds, len(compiled)) == ([OrderPaid, OrderShipped, UserRegistered], 2)
+    builds.clear()
+    for _ in range(3):  # a subscription per request
+        bus.on(OrderShipped, rec.sync("request"), name="request")
+        emit_all()
+        bus.off(OrderShipped, "request")
+        emit_all()
+    assert builds == [OrderShipped] * 6
+    assert len(compiled) == 3  # with "request", once; without it, the code of the start
+    builds.clear()
+    bus.on("order.*", rec.sync("wild"))
+    emit_all()
+    assert builds == [OrderPaid, OrderShipped]
+    rec.calls.clear()
+    emit_all()
+    assert rec.tags == ["paid1", "paid2", "wild", "shipped1", "shipped2", "wild", "registered"]
+
+
+def test_a_plan_that_comes_back_gets_its_dispatch_function_back(
+    bus: EventBus, rec: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A subscription per request: after off(), the function of before on() is reused (it
+    was compiled again from the same source, a new function, at each request)."""
+    compiled = count_compiles(monkeypatch)
+    bus.on(OrderPaid, rec.sync("a"))
+    bus.on(OrderPaid, rec.sync("b"))
+    bus.emit(PAID)
+    before = bus._dispatch[OrderPaid][0]
+    for _ in range(3):
+        with bus.subscribed(OrderPaid, rec.sync("request"), name="request"):
+            bus.emit(PAID)
+        bus.emit(PAID)
+        assert bus._dispatch[OrderPaid][0] is before
+    assert len(compiled) == 2
+    assert rec.tags == ["a", "b"] + ["a", "b", "request", "a", "b"] * 3
+    bus.errors = "propagate"  # compiled with the bus's policy: compiled again
+    bus.emit(PAID)
+    assert bus._dispatch[OrderPaid][0] is not before
 
 
 async def test_dispatch_cache_is_shared_by_emit_and_emit_async(
