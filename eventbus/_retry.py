@@ -1,5 +1,8 @@
 """Re-running recorded failures: rehydrate the payload, call the listener by its stable name.
 
+The listener runs in the chain of the failed emission: ``current_emission()`` gives that
+emission's ids, and what the listener emits is caused by it.
+
 A row that cannot be retried (its listener is gone, its event type is no longer declared,
 its payload was not encodable or no longer fits) stays ``pending`` with the reason in its
 ``note``, and is reported as skipped: an operator can fix the code and retry again.
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING, Literal
 
 from ._calls import call_once
 from ._codec import decode_payload
+from ._emission import Emission
 from ._exceptions import PayloadError, UnknownEventError
 from ._failures import FailureRecord, FailureStatus, check_failure_ids, qualified_type, safe_str
 from ._patterns import matches
@@ -214,7 +218,14 @@ async def _retry_one(bus: EventBus, rec: FailureRecord, max_attempts: int) -> Re
 
     sub = bus.listener(rec.listener)
     assert sub is not None  # checked by _why_not_retryable
-    outcome = await call_once(sub, event)
+    # In the failed emission's chain, as the first call was: what the listener emits is caused
+    # by that event, and current_emission() gives its ids.
+    emission = Emission.restored(event, rec.event_id, rec.causation_id, rec.correlation_id)
+    hopping = bus._nesting.enter_hop(emission)
+    try:
+        outcome = await call_once(sub, event)
+    finally:
+        bus._nesting.leave_hop(hopping)
     now = datetime.now(UTC)
     attempts = rec.attempts + 1
     if outcome.error is None:

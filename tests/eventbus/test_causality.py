@@ -233,6 +233,47 @@ async def test_retry_failures_by_correlation_retries_one_chain(
     ]
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_a_retried_listener_runs_in_the_chain_of_the_failed_emission(
+    bus: EventBus, store: MemoryFailureStore, kind: str
+) -> None:
+    """Regression test: a retried listener ran with no emission, so what it emitted started a
+    new chain (no cause, its own correlation id) and current_emission() was None in it."""
+    failing = True
+    seen: list[Emission | None] = []
+
+    def work(e: OrderShipped) -> None:
+        seen.append(current_emission())
+        if failing:
+            raise ValueError("warehouse down")
+        bus.emit(UserRegistered(user_id=e.order_id))
+
+    async def awork(e: OrderShipped) -> None:
+        work(e)
+
+    bus.on(OrderPaid, lambda e: bus.emit(OrderShipped(order_id=e.order_id)), name="pay")
+    bus.on(OrderShipped, work if kind == "sync" else awork, name="ship")
+    bus.on(UserRegistered, explode, name="registered")  # records the chain of what it got
+    with anyio.fail_after(5):
+        async with bus:  # leaving it waits for the queued call
+            bus.emit(PAID)
+    [shipped] = await store.query()
+    failing = False
+    with anyio.fail_after(5):
+        assert (await bus.retry_failures()).resolved == 1
+    retried = seen[-1]
+    assert retried is not None
+    assert (retried.event_id, retried.causation_id, retried.correlation_id) == (
+        shipped.event_id,
+        shipped.causation_id,
+        shipped.correlation_id,
+    )
+    [registered] = await store.query(listener="registered")
+    assert registered.causation_id == shipped.event_id
+    assert registered.correlation_id == shipped.correlation_id
+    assert current_emission() is None  # the retry's emission ended with the call
+
+
 @pytest.mark.parametrize("bad", ["", 7])
 async def test_retry_failures_refuses_a_bad_correlation(bus: EventBus, bad: object) -> None:
     with pytest.raises(ValueError, match=r"^correlation=.* must be a correlation id"):
