@@ -31,7 +31,7 @@ from ._calls import (
 from ._compiler import DispatchCache, Runtime
 from ._emission import Emission
 from ._events import Event, coerce_event
-from ._exceptions import ListenerErrors, RecursionLimitError
+from ._exceptions import ListenerCancelledError, ListenerErrors, RecursionLimitError
 from ._listeners import ErrorPolicy, Listener, Outcome, new_outcome
 from ._sink import FailureSink
 from ._table import Plan
@@ -199,10 +199,14 @@ async def run_plan(
     if sink.count != failures_before:  # something failed: does anything propagate?
         raised: list[Exception] = []
         for sub, out in zip(subs, outcomes, strict=True):
-            if out is not None and isinstance(out.error, Exception):
+            if out is not None and out.error is not None:
                 if (sub.errors or policy) == "propagate":
-                    add_note_once(out.error, sub.name)
-                    raised.append(out.error)
+                    err = out.error
+                    if not isinstance(err, Exception):  # a cancellation it raised itself
+                        err = ListenerCancelledError(sub.name, err)
+                        err.__cause__ = out.error
+                    add_note_once(err, sub.name)
+                    raised.append(err)
         if raised:
             raise ListenerErrors.for_event(plan.event_type.__event_name__, raised)
     return done

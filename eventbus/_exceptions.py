@@ -255,6 +255,19 @@ class ListenerShutdownError(EventBusError):
         )
 
 
+class ListenerCancelledError(EventBusError):
+    """A listener raised a cancellation exception itself (asyncio: it awaited a future
+    cancelled elsewhere): its member of :class:`ListenerErrors` under ``propagate``, which
+    holds exceptions only. ``__cause__`` is the cancellation, as recorded."""
+
+    def __init__(self, listener: str, cancellation: BaseException) -> None:
+        self.listener = listener
+        super().__init__(
+            f"listener {listener!r} raised {_safe_repr(cancellation)} itself (not a "
+            "cancellation of the publisher)"
+        )
+
+
 class ListenerErrors(ExceptionGroup[Exception]):
     """Raised to the publisher under ``errors="propagate"``: always a group, even of one.
 
@@ -280,6 +293,13 @@ class ListenerErrors(ExceptionGroup[Exception]):
 
     def derive(self, excs: Sequence[Exception]) -> ListenerErrors:  # type: ignore[override]
         return ListenerErrors(self.message, excs, event=self.event)
+
+
+def _safe_repr(exc: BaseException) -> str:
+    try:
+        return repr(exc)
+    except Exception:
+        return f"{type(exc).__name__}(<unprintable>)"
 
 
 def _safe(exc: BaseException) -> str:
