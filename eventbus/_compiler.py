@@ -247,7 +247,7 @@ def compile_plan(
         "awaitable_error": awaitable_error,
         "noted": _noted,
         "ListenerErrors": ListenerErrors,
-        "remove": runtime.table.remove,
+        "remove": runtime.table.spend,
     }
     for i, sub in enumerate(subs):
         namespace[f"l{i}"] = sub.call

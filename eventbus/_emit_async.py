@@ -160,7 +160,7 @@ async def run_plan(
                     skipped = True
                     continue
                 if not sub.left:
-                    runtime.table.remove(sub)
+                    runtime.table.spend(sub)
             if sub.is_async:
                 if concurrent:
                     spawn.append((i, sub))

@@ -1,7 +1,10 @@
 """Re-running recorded failures: rehydrate the payload, call the listener by its stable name.
 
 The listener runs in the chain of the failed emission: ``current_emission()`` gives that
-emission's ids, and what the listener emits is caused by it.
+emission's ids, and what the listener emits is caused by it. A ``once``/``times`` listener
+that unsubscribed itself as its last call started is still found by its name (the latest
+:data:`~eventbus._table.SPENT_KEPT` such listeners are kept), unless another listener was
+subscribed under that name since: that one is called.
 
 A row that cannot be retried (its listener is gone, its event type is no longer declared,
 its payload was not encodable or no longer fits) stays ``pending`` with the reason in its
@@ -31,6 +34,7 @@ from ._patterns import matches
 
 if TYPE_CHECKING:
     from ._bus import EventBus
+    from ._listeners import Listener
 
 __all__ = ["DURABLE_NOTE", "RetryItem", "RetryReport", "retry_failures"]
 
@@ -109,8 +113,10 @@ async def retry_failures(
     """Retry the pending failures in ``bus.failures``, oldest first, one call each.
 
     Each row's payload is rebuilt through ``bus.registry`` and handed to the listener that
-    ``bus.listener(name)`` finds; the call honours the listener's ``timeout=`` but not its
-    ``retries=``, and records no new failure row: the row itself is updated.
+    ``bus.listener(name)`` finds (or a spent ``once``/``times`` listener of that name, see the
+    module docstring), in the failed emission's chain; the call honours the listener's
+    ``timeout=`` but not its ``retries=``, and records no new failure row: the row itself is
+    updated.
 
     :param event: only rows of this event name
     :param listener: only rows of this listener name
@@ -216,7 +222,7 @@ async def _retry_one(bus: EventBus, rec: FailureRecord, max_attempts: int) -> Re
         await bus.failures.update(rec.replace(note=f"not retried: {reason}"))
         return RetryItem(rec.id, rec.event_name, rec.listener, "skipped", rec.attempts, reason)
 
-    sub = bus.listener(rec.listener)
+    sub = _listener(bus, rec.listener)
     assert sub is not None  # checked by _why_not_retryable
     # In the failed emission's chain, as the first call was: what the listener emits is caused
     # by that event, and current_emission() gives its ids.
@@ -260,12 +266,19 @@ async def _retry_one(bus: EventBus, rec: FailureRecord, max_attempts: int) -> Re
 def _why_not_retryable(bus: EventBus, rec: FailureRecord) -> str | None:
     if not rec.payload_ok:
         return "its payload could not be encoded when the failure was recorded (see payload)"
-    sub = bus.listener(rec.listener)
+    sub = _listener(bus, rec.listener)
     if sub is None:
         return f"no listener named {rec.listener!r} is subscribed on this bus"
     if not matches(sub.pattern, rec.event_name):
         return f"listener {rec.listener!r} is subscribed to {sub.pattern!r}, not {rec.event_name!r}"
     return None
+
+
+def _listener(bus: EventBus, name: str) -> Listener | None:
+    """The listener subscribed under *name*; else a ``once``/``times`` listener of that name
+    whose calls are all taken (it unsubscribed itself as its last call started)."""
+    sub = bus.listener(name)
+    return sub if sub is not None else bus._table.get_spent(name)
 
 
 async def _redeliver(bus: EventBus, rec: FailureRecord) -> RetryItem:

@@ -33,7 +33,10 @@ from ._exceptions import (
 from ._listeners import ErrorPolicy, Listener, default_listener_name, is_async_callable
 from ._patterns import compile_pattern, is_pattern, match_segments
 
-__all__ = ["ListenerTable", "Plan", "check_max_listeners", "check_policy"]
+__all__ = ["SPENT_KEPT", "ListenerTable", "Plan", "check_max_listeners", "check_policy"]
+
+#: ``once``/``times`` listeners kept after their last call, for retries of their failures
+SPENT_KEPT = 1000
 
 
 def check_policy(errors: object, *, optional: bool = False) -> None:
@@ -78,6 +81,9 @@ class ListenerTable:
         self._seq = itertools.count()
         self._plans: dict[type[Event], Plan] = {}
         self._watched: list[dict[Any, Any]] = [self._plans]
+        #: ``once``/``times`` listeners whose calls are all taken, by name (the latest
+        #: :data:`SPENT_KEPT`): their failed or dropped calls can still be retried
+        self._spent: collections.OrderedDict[str, Listener] = collections.OrderedDict()
 
     def __len__(self) -> int:
         return len(self._subs)
@@ -273,8 +279,21 @@ class ListenerTable:
         if self._per_pattern[sub.pattern] <= self.max_listeners:
             self._warned.discard(sub.pattern)  # warn again if it grows past the limit again
 
+    def spend(self, sub: Listener) -> None:
+        """Unsubscribe *sub*, whose last call (``times=``) was just taken, keeping it for
+        retries of its calls (:meth:`get_spent`)."""
+        self.remove(sub)
+        self._spent[sub.name] = sub
+        self._spent.move_to_end(sub.name)
+        while len(self._spent) > SPENT_KEPT:
+            self._spent.popitem(last=False)
+
     def get(self, name: str) -> Listener | None:
         return self._names.get(name)
+
+    def get_spent(self, name: str) -> Listener | None:
+        """The listener of that name whose calls are all taken, if kept (see :meth:`spend`)."""
+        return self._spent.get(name)
 
     def taken(self, name: str) -> bool:
         """Whether a listener of this bus, in-process or durable, has that name."""
