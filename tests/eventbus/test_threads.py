@@ -9,6 +9,7 @@ import json
 import logging
 import re
 import threading
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -381,3 +382,68 @@ def test_a_bus_that_is_not_running_takes_emits_from_many_threads_at_once() -> No
     bus.emit(OrderPaid(order_id=1, user_id=0))
     assert outer[1][1:] == (1, None) and inner[1][:2] == (2, outer[1][0])
     assert current_emission() is None
+
+
+# -- emit_threadsafe() while the loop ends: an error, never a hang --------------------------
+
+
+@pytest.mark.parametrize("end", ["stopped", "closed"])
+def test_emit_threadsafe_racing_the_end_of_the_loop_raises_bus_not_running(end: str) -> None:
+    """Regression test: a call that read the loop before the bus closed and got its callback
+    in after the loop's last iteration waited forever (``stopped``: run_until_complete
+    returned and the loop was not closed yet); one that got in after the loop closed raised
+    a bare RuntimeError from asyncio (``closed``)."""
+    import asyncio
+
+    bus = EventBus(reg)
+    bus.on(OrderPaid, lambda e: None)
+    loop = asyncio.new_event_loop()
+    started, release, stopped, closed = (threading.Event() for _ in range(4))
+
+    async def run_bus() -> None:
+        async with bus:
+            started.set()
+            await anyio.to_thread.run_sync(release.wait)
+
+    def loop_thread() -> None:
+        loop.run_until_complete(run_bus())
+        stopped.set()
+        if end == "closed":
+            loop.close()
+            closed.set()
+
+    real = loop.call_soon_threadsafe
+
+    def racing(callback: Any, *args: Any) -> Any:
+        if threading.current_thread().name != "publisher":  # the loop's own helpers
+            return real(callback, *args)
+        # emit_threadsafe() checked that the bus runs; the bus closes, the loop ends now
+        release.set()
+        assert stopped.wait(5)
+        if end == "closed":
+            assert closed.wait(5)
+        return real(callback, *args)
+
+    runner = threading.Thread(target=loop_thread, daemon=True)
+    runner.start()
+    assert started.wait(5)
+    loop.call_soon_threadsafe = racing  # type: ignore[method-assign,assignment]
+    raised: list[BaseException] = []
+
+    def publisher() -> None:
+        try:
+            bus.emit_threadsafe(PAID)
+        except BaseException as exc:
+            raised.append(exc)
+
+    caller = threading.Thread(
+        target=publisher, name="publisher", daemon=True
+    )  # daemon: a hang must not block
+    caller.start()
+    caller.join(5)
+    runner.join(5)
+    if not loop.is_closed():
+        loop.close()
+    assert not caller.is_alive(), "emit_threadsafe() hung"
+    assert [type(e) for e in raised] == [BusNotRunningError]
+    assert "emit_threadsafe('order.paid') needs a running bus" in str(raised[0])
