@@ -21,6 +21,7 @@ The tree::
      ├── ListenerTimeoutError        (TimeoutError)  a listener's ``timeout=`` expired
      ├── ListenerDroppedError        a call that never ran (queue full, bus closing)
      ├── ListenerShutdownError       a call that shutdown cut short
+     ├── ListenerCancelledError      a listener raised a cancellation itself (``propagate``)
      ├── AppLoadError                (ValueError)    ``--app`` names nothing usable
      ├── MissingExtraError           (ImportError)   an optional part without its extra
      ├── UnmappedEventError          (LookupError)   a bridged pyee name with no mapping
@@ -56,6 +57,7 @@ __all__ = [
     "EventBusError",
     "InvalidEventNameError",
     "InvalidPatternError",
+    "ListenerCancelledError",
     "ListenerDroppedError",
     "ListenerErrors",
     "ListenerLookupError",
