@@ -20,7 +20,8 @@ HTML comments right before a block (invisible on GitHub and in the site) say how
     them explains one program in steps.
 ``<!-- example: redis -->``, ``<!-- example: postgres -->``
     needs a server: the suite's throwaway one, at ``$REDIS_URL`` / ``$DATABASE_URL`` (an
-    asyncpg URL), as an application reads its own.
+    asyncpg URL), as an application reads its own. ``$CONSOLE_TOKEN`` is always set (a fresh
+    random token), for the console's examples.
 ``<!-- example: output -->``
     what it prints must be the ``text`` block that follows it.
 ``<!-- example: pytest -->``
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -194,6 +196,7 @@ def _run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Compl
 def test_example_runs(example: Example, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "EVENTBUS_"))}
     env["PYTHONPATH"] = str(ROOT)  # domain/ runs from the repository, as make demo runs it
+    env["CONSOLE_TOKEN"] = secrets.token_urlsafe(24)
     needs = example.needs()
     if "redis" in needs:
         env["REDIS_URL"] = request.getfixturevalue("redis_url")
@@ -204,7 +207,9 @@ def test_example_runs(example: Example, tmp_path: Path, request: pytest.FixtureR
         (tmp_path / "test_example.py").write_text(example.code)
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]  # a dev tool
         done = _run([*command, "-p", "no:hypothesispytest", "test_example.py"], tmp_path, env)
-        if done.returncode != 0 or " passed" not in done.stdout:
+        tests = len(re.findall(r"^(?:async )?def test_", example.code, re.M))
+        passed = re.search(r"(\d+) passed", done.stdout)
+        if done.returncode != 0 or passed is None or int(passed[1]) < tests:
             pytest.fail(f"{example.name}: pytest said\n{done.stdout}{done.stderr}", pytrace=False)
         return
     script = tmp_path / "example.py"
