@@ -5,6 +5,9 @@ Two orders. A scheduled fire claims first, then takes the lock: the claim decide
 replica runs the fire, and a held lock skips it (runs of one job do not overlap). A
 catch-up fire takes the lock first, waiting for it, then claims: replicas walking the same
 backlog then run each missed fire once, in order, and none is lost to a ``locked`` skip.
+A claim lives about ``lock_ttl``, and a long backlog outlasts it: so under the lock, the
+runner first asks the run table whether a run of the fire already began (runs are recorded
+as they start, under the lock), and only then claims.
 """
 
 from __future__ import annotations

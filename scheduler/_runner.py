@@ -189,7 +189,11 @@ class Runner:
         if lease is None:
             return None, None, began
         try:
-            won = await self.locking.claim(job, fire)
+            # A replica that waited long for the lock may find the fire's claim expired
+            # although another ran it: the run table, read under the lock, tells.
+            won = not await self._fire_started(job.name, fire) and await self.locking.claim(
+                job, fire
+            )
         except BaseException:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await self._release_quietly(job.name, lease)
@@ -198,6 +202,18 @@ class Runner:
             await self._release_quietly(job.name, lease)
             return None, "claimed", began
         return lease, None, began
+
+    async def _fire_started(self, name: str, fire: datetime) -> bool:
+        """Whether the run table has a run of this fire (``False`` if the store cannot say:
+        the claim decides alone then)."""
+        started = getattr(self.runs, "fire_started", None)
+        if started is None:
+            return False
+        try:
+            return bool(await started(name, fire))
+        except Exception:
+            logger.exception("job %r: could not read the run table; the claim decides", name)
+            return False
 
     async def _release_quietly(self, name: str, lease: Lease) -> None:
         assert self.locking is not None

@@ -171,6 +171,13 @@ class MemoryRunStore(AsyncResource):
         ]
         return max(fires, default=None)
 
+    async def fire_started(self, task_name: str, scheduled_at: datetime) -> bool:
+        await checkpoint()
+        return any(
+            r.task_name == task_name and r.scheduled_at == scheduled_at and r.status != "skipped"
+            for r in self._records.values()
+        )
+
     async def get(self, run_id: str) -> RunRecord | None:
         return self._records.get(run_id)
 

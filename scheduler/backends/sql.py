@@ -178,6 +178,18 @@ class SqlRunStore(AsyncResource):
             value: datetime | None = (await conn.execute(query)).scalar()
         return value
 
+    async def fire_started(self, task_name: str, scheduled_at: datetime) -> bool:
+        t = runs_table
+        query = (
+            sa.select(t.c.id)
+            .where(t.c.task_name == task_name)
+            .where(t.c.scheduled_at == scheduled_at)
+            .where(t.c.status != "skipped")
+            .limit(1)
+        )
+        async with await self._begin() as conn:
+            return (await conn.execute(query)).first() is not None
+
     async def get(self, run_id: str) -> RunRecord | None:
         async with await self._begin() as conn:
             row = (
