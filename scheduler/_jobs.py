@@ -64,7 +64,9 @@ class Job:
         once, or run ``"all"`` in order, at most ``max_catch_up``
     :param max_catch_up: how many missed fires ``catch_up="all"`` runs; the rest are skipped
         with one WARNING and one run record
-    :param paused: fires are recorded as skipped (``paused``) until :meth:`Scheduler.resume`
+    :param paused: fires are recorded as skipped (``paused``) until :meth:`Scheduler.resume`;
+        the state this process last read or set (``Scheduler.is_paused`` reads where it is
+        kept, see ``Scheduler.pause_scope``)
     :param stored: the job comes from the job table, where its paused state lives
     :param last_run: the latest record this scheduler wrote for it (a ``claimed`` skip aside)
     """

@@ -33,6 +33,7 @@ from eventbus.console import (
 from ._exceptions import JobLookupError
 from ._loop import Scheduler
 from ._records import RunRecord, RunStatus
+from ._registry import PauseScope
 
 __all__ = ["JobsPage", "RunsPage", "scheduler_pages"]
 
@@ -42,6 +43,16 @@ _PER_PAGE = 50
 _MAX_RUNS = 5_000
 _CHART_RUNS = 60
 _NEXT_FIRES = 3
+
+
+#: who a pause reaches, by where the paused state is kept (``Scheduler.pause_scope``)
+_SCOPES: dict[PauseScope, str] = {
+    "job table": "every replica, and after a restart: kept in the job table",
+    "run table": "every replica that shares the run table's database, and after a restart",
+    "process": "this process only: other replicas go on running the job, and a restart "
+    "forgets the pause (the run store keeps no shared state; give the scheduler a "
+    "SqlRunStore)",
+}
 
 
 def _run_duration(run: RunRecord) -> float | None:
@@ -147,6 +158,7 @@ class JobsPage:
             "scheduler_job.html",
             job=job,
             paused=await self.sched.is_paused(job),
+            pause_scope=_SCOPES[self.sched.pause_scope(job.name)],
             fires=[(f, f.astimezone(UTC)) for f in fires],
             runs=runs,
             durations={r.id: _run_duration(r) for r in runs},
@@ -171,8 +183,13 @@ class JobsPage:
         if await self.sched.is_paused(job):
             raise ActionError(f"Job {job.name!r} is already paused.")
         await self.sched.pause(job.name)
+        where = (
+            "in this process only (other replicas go on running it; a restart forgets it)"
+            if self.sched.pause_scope(job.name) == "process"
+            else "on every replica"
+        )
         return Done(
-            f"Paused {job.name}: its fires are recorded as skipped until it is resumed.",
+            f"Paused {job.name} {where}: its fires are recorded as skipped until it is resumed.",
             target=job.name,
             back=request.url("/jobs"),
         )

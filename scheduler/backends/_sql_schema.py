@@ -1,5 +1,6 @@
-"""The run table and the job table (portable types; the UTC column type is eventbus's), and
-the in-place migration that adds the columns newer versions need to tables users already have.
+"""The run table, the job table and the paused jobs (portable types; the UTC column type is
+eventbus's), and the in-place migration that adds the columns newer versions need to tables
+users already have.
 
 Changes to an existing table are additive only: a new column is nullable (``NULL`` reads as
 its default), and :func:`create_tables` adds what is missing at start, so a replica of the
@@ -16,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from eventbus.backends.sql import UTCDateTime
 
-__all__ = ["create_tables", "jobs_table", "metadata", "runs_table"]
+__all__ = ["create_tables", "jobs_table", "metadata", "paused_table", "runs_table"]
 
 logger = logging.getLogger("scheduler")
 
@@ -59,6 +60,16 @@ jobs_table = sa.Table(
     sa.Column("payload", sa.Text, nullable=True),
     # added after the first release: nullable (NULL: not paused), added in place
     sa.Column("paused", sa.Boolean, nullable=True),
+)
+
+
+paused_table = sa.Table(
+    "scheduler_paused",
+    metadata,
+    # the jobs paused with Scheduler.pause() that are not in scheduler_jobs (written in code):
+    # a row while paused, so every replica sharing the database skips their fires
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("paused_at", UTCDateTime, nullable=False),
 )
 
 

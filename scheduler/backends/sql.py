@@ -1,4 +1,5 @@
-"""The run table and the job-definition table in SQL (SQLAlchemy 2 async).
+"""The run table (with the paused jobs) and the job-definition table in SQL (SQLAlchemy 2
+async).
 
 SQLite through aiosqlite by default; PostgreSQL (asyncpg) for replicas. Types are portable:
 text, integers, booleans, JSON as text, and timestamps stored as UTC (SQLite keeps them
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -22,7 +23,7 @@ from eventbus.backends.sql import make_engine
 
 from .._jobs import JobDefinition
 from .._records import RunRecord, RunStatus, abandoned_error
-from ._sql_schema import create_tables, jobs_table, metadata, runs_table
+from ._sql_schema import create_tables, jobs_table, metadata, paused_table, runs_table
 
 __all__ = [
     "SqlJobStore",
@@ -31,6 +32,7 @@ __all__ = [
     "jobs_table",
     "make_engine",  # eventbus.backends.sql's, re-exported: the one engine builder
     "metadata",
+    "paused_table",
     "runs_table",
 ]
 
@@ -81,7 +83,8 @@ def _values(record: RunRecord) -> dict[str, Any]:
 
 
 class SqlRunStore(AsyncResource):
-    """The run table in SQL; every call is one short transaction.
+    """The run table in SQL, and the paused state of the jobs that are not in a job table
+    (``scheduler_paused``); every call is one short transaction.
 
     Ownership: an engine passed in is never disposed by the store; one built by
     :meth:`from_url` is disposed by :meth:`aclose` (and on leaving ``async with``). Tables are
@@ -216,6 +219,26 @@ class SqlRunStore(AsyncResource):
         async with await self._begin() as conn:
             rows = (await conn.execute(q)).all()
         return [_row_to_record(r) for r in rows]
+
+    async def set_job_paused(self, task_name: str, paused: bool) -> None:
+        """Keep job ``task_name`` paused (a row in ``scheduler_paused``), or resume it: every
+        replica on this database reads it at each fire, and it outlives a restart."""
+        t = paused_table
+        try:
+            async with await self._begin() as conn:
+                await conn.execute(t.delete().where(t.c.name == task_name))
+                if paused:
+                    now = datetime.now(UTC)
+                    await conn.execute(t.insert().values(name=task_name, paused_at=now))
+        except sa.exc.IntegrityError:  # another replica paused it between our two statements
+            if not paused:
+                raise
+
+    async def job_paused(self, task_name: str) -> bool:
+        """Whether job ``task_name`` is paused (see :meth:`set_job_paused`)."""
+        query = sa.select(paused_table.c.name).where(paused_table.c.name == task_name)
+        async with await self._begin() as conn:
+            return (await conn.execute(query)).first() is not None
 
     async def aclose(self) -> None:
         """Dispose the engine if this store built it (:meth:`from_url`)."""

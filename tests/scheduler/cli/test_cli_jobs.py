@@ -123,8 +123,14 @@ def test_pause_and_resume_change_the_job_table(db: str, capsys: pytest.CaptureFi
         ),
         pytest.param(
             ["pause", "x", "--app", "cliapp_jobs:sched"],
-            "error: --app 'cliapp_jobs:sched' keeps no job table (job_source=)",
-            id="app-without-table",
+            "error: no job named 'x' in --app 'cliapp_jobs:sched'; known jobs: 'poll', 'report'",
+            id="app-unknown-job",
+        ),
+        pytest.param(
+            ["pause", "poll", "--app", "cliapp_jobs:in_memory"],
+            "error: --app 'cliapp_jobs:in_memory' keeps the paused state of 'poll' in its own "
+            "process",
+            id="app-keeping-it-in-memory",
         ),
     ],
 )
@@ -182,7 +188,10 @@ with_table = Scheduler(
     runs=SqlRunStore(engine), job_source=SqlJobStore(engine), job_factory=lambda d: remind
 )
 
+in_memory = Scheduler()
+
 @sched.interval(seconds=90, name="poll")
+@in_memory.interval(seconds=90, name="poll")
 async def poll(run):
     return 1
 
@@ -228,6 +237,29 @@ def test_jobs_and_pause_of_an_app_with_a_job_table(
     assert [line.split("  ")[:3] for line in lines[::2]] == [
         ["reminder:1", "cron '0 0 9 * * *' (Europe/Paris)", "paused"],
     ]  # the disabled row and the bad one are not loaded by a scheduler
+
+
+def test_pause_and_resume_of_a_job_written_in_code_in_the_app_s_run_table(
+    app: str, db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job of the app's code, whose scheduler keeps the paused state in its SqlRunStore:
+    every replica on the database reads it (review finding 3)."""
+    assert main(["pause", "poll", "--app", f"{app}:sched"]) == 0
+    assert capsys.readouterr().out == (
+        "poll: paused; every replica skips its fires from the next one on\n"
+    )
+    assert main(["jobs", "--app", f"{app}:sched", "-n", "1", *AFTER]) == 0
+    assert capsys.readouterr().out.splitlines()[0].split("  ")[:3] == [
+        "poll",
+        "interval 'every 90s' (UTC)",
+        "paused",
+    ]
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT name FROM scheduler_paused").fetchall() == [("poll",)]
+    assert main(["resume", "poll", "--app", f"{app}:sched"]) == 0
+    capsys.readouterr()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT name FROM scheduler_paused").fetchall() == []
 
 
 async def test_a_pause_from_the_cli_reaches_a_running_scheduler(db: str) -> None:
