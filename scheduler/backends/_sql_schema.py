@@ -10,6 +10,7 @@ newer version can run beside one of the older.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -73,19 +74,21 @@ paused_table = sa.Table(
 )
 
 
-async def create_tables(engine: AsyncEngine) -> None:
-    """Create the run and job tables if they do not exist, and add to existing ones the
-    columns and indexes they lack (each logged at WARNING, once)."""
+async def create_tables(engine: AsyncEngine, *, tables: Sequence[sa.Table] | None = None) -> None:
+    """Create the scheduler's tables (or only ``tables``) if they do not exist, and add to
+    existing ones the columns and indexes they lack (each logged at WARNING, once). Other
+    tables are left as they are: a store migrates only its own."""
+    chosen = list(metadata.sorted_tables if tables is None else tables)
     async with engine.begin() as conn:
-        await conn.run_sync(metadata.create_all, checkfirst=True)
-        await conn.run_sync(_migrate)
+        await conn.run_sync(metadata.create_all, checkfirst=True, tables=chosen)
+        await conn.run_sync(_migrate, chosen)
 
 
-def _migrate(conn: Connection) -> None:
+def _migrate(conn: Connection, tables: Sequence[sa.Table]) -> None:
     """Add missing nullable columns and missing indexes to the tables that already exist."""
     inspector = sa.inspect(conn)
     quote = conn.dialect.identifier_preparer.quote
-    for table in metadata.sorted_tables:
+    for table in tables:
         present = {c["name"] for c in inspector.get_columns(table.name)}
         for column in table.columns:
             if column.name in present:

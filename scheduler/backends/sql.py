@@ -97,7 +97,7 @@ class SqlRunStore(AsyncResource):
     def __init__(self, engine: AsyncEngine, *, create: bool = True) -> None:
         self.engine = engine
         self._owns_engine = False
-        self._tables = _Tables(engine, create=create)
+        self._tables = _Tables(engine, create=create, tables=(runs_table, paused_table))
 
     @classmethod
     def from_url(cls, url: str | os.PathLike[str] | sa.URL, *, create: bool = True) -> SqlRunStore:
@@ -259,7 +259,7 @@ class SqlJobStore(AsyncResource):
 
     def __init__(self, engine: AsyncEngine, *, create: bool = True) -> None:
         self.engine = engine
-        self._tables = _Tables(engine, create=create)
+        self._tables = _Tables(engine, create=create, tables=(jobs_table,))
 
     def __repr__(self) -> str:
         return f"SqlJobStore({self.engine.url.render_as_string(hide_password=True)!r})"
@@ -328,15 +328,16 @@ class SqlJobStore(AsyncResource):
 
 
 class _Tables:
-    """Creates (or migrates) the tables once, before a store's first statement.
+    """Creates (or migrates) a store's own tables once, before its first statement.
 
     A store told not to create them (``create=False``: a command-line reader) reads tables
     of an older version as they are: the columns they lack read as their defaults.
     """
 
-    def __init__(self, engine: AsyncEngine, *, create: bool) -> None:
+    def __init__(self, engine: AsyncEngine, *, create: bool, tables: tuple[sa.Table, ...]) -> None:
         self.engine = engine
         self._create = create
+        self._own = tables
         self._ready = False
         self._lock: anyio.Lock | None = None
         self._missing: set[tuple[str, str]] = set()
@@ -354,14 +355,14 @@ class _Tables:
             if not self._create:
                 if not self._ready:
                     async with self.engine.connect() as conn:
-                        self._missing = await conn.run_sync(_missing_columns)
+                        self._missing = await conn.run_sync(_missing_columns, self._own)
                     self._ready = True
                 return
             for attempt in range(1, _CREATE_ATTEMPTS + 1):
                 if self._ready:
                     return
                 try:
-                    await create_tables(self.engine)
+                    await create_tables(self.engine, tables=self._own)
                 except sa.exc.DBAPIError:
                     # another process created a table or column between our check and
                     # create; the next attempt sees it
@@ -372,12 +373,12 @@ class _Tables:
                     self._ready = True
 
 
-def _missing_columns(conn: sa.Connection) -> set[tuple[str, str]]:
+def _missing_columns(conn: sa.Connection, tables: tuple[sa.Table, ...]) -> set[tuple[str, str]]:
     """(table, column) pairs the existing tables lack (a table that is missing lacks none:
     reading it fails with the database's own error)."""
     inspector = sa.inspect(conn)
     missing = set()
-    for table in metadata.sorted_tables:
+    for table in tables:
         if not inspector.has_table(table.name):
             continue
         present = {c["name"] for c in inspector.get_columns(table.name)}

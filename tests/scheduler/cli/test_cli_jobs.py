@@ -176,6 +176,34 @@ def test_pause_adds_the_paused_column_to_an_older_job_table(
     capsys.readouterr()
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT paused FROM scheduler_jobs").fetchall() == [(1,)]
+        # regression test (review minor c): pause changed the rest of the schema too, and
+        # created the run table
+        tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        assert tables == [("scheduler_jobs",)]
+
+
+def test_pause_leaves_an_older_run_table_as_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression test (review minor c): the job table's migration added the run table's
+    newer columns too; a replica of the older version still writes that table."""
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "CREATE TABLE scheduler_jobs (name VARCHAR(200) PRIMARY KEY, expr VARCHAR(200) "
+            "NOT NULL, tz VARCHAR(64) NOT NULL, enabled BOOLEAN NOT NULL, payload TEXT, "
+            "paused BOOLEAN)"
+        )
+        conn.execute("INSERT INTO scheduler_jobs VALUES ('r', '0 0 9 * * *', 'UTC', 1, NULL, 0)")
+        conn.execute("CREATE TABLE scheduler_runs (seq INTEGER PRIMARY KEY, id VARCHAR(32))")
+        schema = conn.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall()
+    assert main(["pause", "r", "--db", str(path)]) == 0
+    assert capsys.readouterr().out.startswith("r: paused")
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall() == (
+            schema
+        )
+        assert conn.execute("SELECT paused FROM scheduler_jobs").fetchall() == [(1,)]
 
 
 APP = """
