@@ -94,6 +94,7 @@ class Job:
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a job needs a non-empty name=")
+        _check_name(self.name)
         _seconds("lock_ttl", self.lock_ttl, positive=True)
         if self.lock_ttl < MIN_LOCK_TTL:
             raise ValueError(
@@ -135,6 +136,20 @@ class Job:
     def limit(self) -> int | None:
         """How many runs this process may have going at once (``None``: no limit)."""
         return self.max_running if self.wait_for_completion else None
+
+
+def _check_name(name: str) -> None:
+    """A name every backend can keep: the run table, Redis keys, PostgreSQL (whose text holds
+    neither NUL nor a lone surrogate), the console's pages."""
+    if "\x00" in name:
+        raise ValueError(f"job name {name!r} contains a NUL character; no database keeps it")
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"job name {name!r} is not valid Unicode text (a lone surrogate); UTF-8 cannot "
+            "encode it"
+        ) from None
 
 
 #: the longest duration an option takes (a year): a lock's TTL, a timeout, a grace, a jitter

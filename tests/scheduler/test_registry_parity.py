@@ -149,6 +149,21 @@ def test_bad_options_are_refused_by_every_registration_and_name_the_argument(
     assert sched.jobs() == []
 
 
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        pytest.param("a\x00b", r"contains a NUL character", id="nul"),
+        pytest.param("\ud800x", r"not valid Unicode text \(a lone surrogate\)", id="surrogate"),
+    ],
+)
+def test_a_name_no_backend_can_keep_is_refused(name: str, message: str) -> None:
+    """A lone surrogate broke the console's job list (a 500); PostgreSQL keeps neither."""
+    sched, _, _ = make()
+    with pytest.raises(ValueError, match=message):
+        sched.add_cron(name, "0 * * * * *", noop)
+    assert sched.jobs() == []
+
+
 def test_unknown_names_raise_job_lookup_error() -> None:
     sched, _, _ = make()
     with pytest.raises(JobLookupError, match="no job named 'ghost'"):
