@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol, cast
 
+from eventbus.cli import positive_int
+
 from ._cli_common import (
     EXIT_OK,
     InputError,
@@ -21,7 +23,6 @@ from ._cli_common import (
     close_app,
     load_scheduler,
     open_database,
-    positive_int,
     reading,
 )
 from ._cron import CronExpression

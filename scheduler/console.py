@@ -17,6 +17,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, get_args
 from urllib.parse import quote
 
+from eventbus.extras import missing_extra
+
+if _missing := missing_extra(__name__, "web"):
+    raise _missing
+
 from starlette.responses import Response
 
 from eventbus.console import (

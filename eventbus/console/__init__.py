@@ -16,8 +16,14 @@ and the security headers (a CSP without inline script, no framing).
 
 from __future__ import annotations
 
+from ..extras import missing_extra
+
+if _missing := missing_extra(__name__, "web"):
+    raise _missing
+
 from eventbus import EventBus
 
+from . import _streams_page
 from ._app import Console as Console
 from ._audit import AuditEntry as AuditEntry
 from ._audit import AuditLog as AuditLog
@@ -40,6 +46,7 @@ from ._pages import Panel as Panel
 from ._pages import View as View
 from ._security import AuthCallable as AuthCallable
 from ._security import LoginSecretError as LoginSecretError
+from ._streams_page import StreamsPage as StreamsPage
 
 __all__ = [
     "Action",
@@ -58,6 +65,7 @@ __all__ = [
     "MemoryAuditLog",
     "PageRequest",
     "Panel",
+    "StreamsPage",
     "View",
     "bar_chart",
     "bus_pages",
@@ -69,8 +77,12 @@ __all__ = [
 
 
 def bus_pages(bus: EventBus) -> list[ConsolePage]:
-    """The pages of the ``eventbus`` package for *bus*: failures, then the bus."""
-    return [FailuresPage(bus), BusPage(bus)]
+    """The pages of the ``eventbus`` package for *bus*: failures, the bus (which turns the
+    bus's call counting on), and its durable streams when it has a durable transport."""
+    pages: list[ConsolePage] = [FailuresPage(bus), BusPage(bus)]
+    if isinstance(bus.durable, _streams_page.DurableOperations):
+        pages.append(StreamsPage(bus))
+    return pages
 
 
 for _name in __all__:

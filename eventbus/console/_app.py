@@ -7,7 +7,6 @@ applies the rules of :mod:`._pages` (read-only, CSRF, the action log) before the
 
 from __future__ import annotations
 
-import inspect
 import logging
 import secrets
 from collections.abc import Sequence
@@ -25,28 +24,23 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
 from ._audit import AuditLog, AuditOutcome, MemoryAuditLog
+from ._login import Login, cookie_path
 from ._pages import Action, ActionError, ConsolePage, PageRequest, View, console_url
 from ._requests import client_address, read_form, safe_next
 from ._security import (
-    LOGIN_COOKIE,
-    LOGIN_TTL,
     SESSION_COOKIE,
     AuthCallable,
     Session,
     SessionSigner,
     check_login_secret,
     csrf_matches,
-    secret_matches,
     security_headers,
-    set_cookie,
 )
 from ._template_filters import install_filters
 
 __all__ = ["Console"]
 
 logger = logging.getLogger("eventbus.console")
-
-MAX_USER = 64
 
 
 class Console:
@@ -88,11 +82,17 @@ class Console:
                 "Console() needs exactly one of secret= (a login form) and auth= (the "
                 "application's own login)"
             )
-        self._secret = check_login_secret(secret) if secret is not None else None
-        self._auth = auth
-        self.login_url = login_url
-        key = session_key or self._secret or secrets.token_bytes(32)
+        checked = check_login_secret(secret) if secret is not None else None
+        key = session_key or checked or secrets.token_bytes(32)
         self._signer = SessionSigner(key, ttl=session_ttl)
+        self._login = Login(
+            secret=checked,
+            auth=auth,
+            login_url=login_url,
+            signer=self._signer,
+            render=self._page,
+            read_form=self._form,
+        )
         self.read_only = read_only
         self.audit: AuditLog = audit if audit is not None else MemoryAuditLog()
         self.title = title
@@ -104,8 +104,13 @@ class Console:
         self._env = self._environment()
         self._app = security_headers(self._starlette())
 
+    @property
+    def login_url(self) -> str | None:
+        """Where users of *auth* who are not signed in are sent."""
+        return self._login.login_url
+
     def __repr__(self) -> str:
-        login = "secret" if self._secret is not None else "auth callable"
+        login = "secret" if self._login.secret is not None else "auth callable"
         return (
             f"Console(pages={[p.slug for p in self.pages]}, login={login}, "
             f"read_only={self.read_only})"
@@ -132,8 +137,8 @@ class Console:
     def _starlette(self) -> Starlette:
         routes: list[BaseRoute] = [
             Route("/", self._overview, methods=["GET"]),
-            Route("/login", self._login_form, methods=["GET"]),
-            Route("/login", self._login, methods=["POST"]),
+            Route("/login", self._login.form, methods=["GET"]),
+            Route("/login", self._login.submit, methods=["POST"]),
             Route("/logout", self._logout, methods=["POST"]),
             Route("/actions", self._actions, methods=["GET"]),
             Mount("/static", StaticFiles(packages=[("eventbus.console", "static")])),
@@ -146,51 +151,6 @@ class Console:
                 else:
                     routes.append(Route(path, self._action_endpoint(route), methods=["POST"]))
         return Starlette(routes=routes, exception_handlers={HTTPException: self._http_error})
-
-    # -- sessions --------------------------------------------------------------------------------
-
-    async def _session(self, request: Request) -> tuple[Session | None, str | None]:
-        """The request's session and, when a new cookie must be set, its value."""
-        cookie = request.cookies.get(SESSION_COOKIE)
-        session = self._signer.load_session(cookie)
-        if self._auth is None:
-            return session, None
-        user = self._auth(request)
-        if inspect.isawaitable(user):
-            user = await user
-        if not user:
-            return None, None
-        if session is not None and session.user == user:
-            return session, None
-        fresh, value = self._signer.new_session(str(user))
-        return fresh, value
-
-    def _set_session(self, response: Response, request: Request, value: str) -> None:
-        set_cookie(
-            response,
-            request,
-            SESSION_COOKIE,
-            value,
-            max_age=int(self._signer.ttl.total_seconds()),
-            path=self._cookie_path(request),
-        )
-
-    def _cookie_path(self, request: Request) -> str:
-        return request.scope.get("root_path", "").rstrip("/") or "/"
-
-    def _not_signed_in(self, request: Request) -> Response:
-        if self._auth is not None:
-            if self.login_url:
-                return RedirectResponse(self.login_url, status_code=303)
-            return self._page(
-                request,
-                "error.html",
-                status=401,
-                title="Not signed in",
-                message="Sign in to the application first; the console uses its login.",
-            )
-        target = request.url.path if request.method == "GET" else None
-        return RedirectResponse(console_url(request, "/login", next=target), status_code=303)
 
     def _context(self, request: Request, session: Session | None) -> dict[str, Any]:
         return {
@@ -220,98 +180,33 @@ class Console:
         )
         return HTMLResponse(html, status_code=status)
 
-    # -- login -------------------------------------------------------------------------------
-
-    async def _login_form(
-        self, request: Request, *, error: str | None = None, next_path: object = None
-    ) -> Response:
-        if self._secret is None:
-            return self._not_signed_in(request)
-        nonce, cookie = self._signer.new_login_nonce()
-        if next_path is None:
-            next_path = request.query_params.get("next")
-        response = self._page(
-            request,
-            "login.html",
-            status=401 if error else 200,
-            nonce=nonce,
-            error=error,
-            next=safe_next(request, next_path),
-        )
-        set_cookie(
-            response,
-            request,
-            LOGIN_COOKIE,
-            cookie,
-            max_age=LOGIN_TTL,
-            path=self._cookie_path(request),
-        )
-        return response
-
-    async def _login(self, request: Request) -> Response:
-        if self._secret is None:
-            return self._not_signed_in(request)
-        form = await self._form(request)
-        if isinstance(form, Response):
-            return form
-        nonce = form.get("nonce")
-        if not (
-            isinstance(nonce, str)
-            and self._signer.login_nonce_matches(request.cookies.get(LOGIN_COOKIE), nonce)
-        ):
-            return self._page(
-                request,
-                "error.html",
-                status=403,
-                title="Login form expired",
-                message="The login form expired or came from another site; load it again.",
-                back=console_url(request, "/login"),
-            )
-        user, token = form.get("user"), form.get("token")
-        user = user.strip() if isinstance(user, str) else ""
-        if not user or len(user) > MAX_USER or not user.isprintable():
-            return await self._login_form(
-                request,
-                error=f"Give your name (1 to {MAX_USER} printable characters): "
-                "it is recorded with every action you take.",
-                next_path=form.get("next"),
-            )
-        if not (isinstance(token, str) and secret_matches(token, self._secret)):
-            logger.warning("console login refused for %r from %s", user, client_address(request))
-            return await self._login_form(request, error="Wrong token.", next_path=form.get("next"))
-        _session, value = self._signer.new_session(user)
-        logger.info("console login of %r from %s", user, client_address(request))
-        next_path = safe_next(request, form.get("next")) or console_url(request, "/")
-        response = RedirectResponse(next_path, status_code=303)
-        self._set_session(response, request, value)
-        response.delete_cookie(LOGIN_COOKIE, path=self._cookie_path(request))
-        return response
+    # -- login (the rest is in ._login) ----------------------------------------------------------
 
     async def _logout(self, request: Request) -> Response:
-        session, _ = await self._session(request)
+        session, _ = await self._login.session(request)
         form = await self._form(request)
         if isinstance(form, Response):
             return form
         if session is not None and not csrf_matches(session, form.get("csrf")):
             return self._csrf_refused(request, session, "logout")
         response = RedirectResponse(console_url(request, "/login"), status_code=303)
-        response.delete_cookie(SESSION_COOKIE, path=self._cookie_path(request))
+        response.delete_cookie(SESSION_COOKIE, path=cookie_path(request))
         return response
 
     # -- built-in pages ------------------------------------------------------------------------
 
     async def _overview(self, request: Request) -> Response:
-        session, cookie = await self._session(request)
+        session, cookie = await self._login.session(request)
         if session is None:
-            return self._not_signed_in(request)
+            return self._login.not_signed_in(request)
         preq = self._page_request(request, session)
         panels = [p for page in self.pages if (p := await page.panel(preq)) is not None]
         return self._finish(preq.render("overview.html", panels=panels), request, cookie)
 
     async def _actions(self, request: Request) -> Response:
-        session, cookie = await self._session(request)
+        session, cookie = await self._login.session(request)
         if session is None:
-            return self._not_signed_in(request)
+            return self._login.not_signed_in(request)
         preq = self._page_request(request, session)
         entries = self.audit.entries(limit=500)
         return self._finish(preq.render("actions.html", entries=entries), request, cookie)
@@ -327,16 +222,16 @@ class Console:
 
     def _finish(self, response: Response, request: Request, cookie: str | None) -> Response:
         if cookie is not None:
-            self._set_session(response, request, cookie)
+            self._login.set_session(response, request, cookie)
         return response
 
     # -- page routes ---------------------------------------------------------------------------
 
     def _view_endpoint(self, view: View) -> Any:
         async def endpoint(request: Request) -> Response:
-            session, cookie = await self._session(request)
+            session, cookie = await self._login.session(request)
             if session is None:
-                return self._not_signed_in(request)
+                return self._login.not_signed_in(request)
             preq = self._page_request(request, session)
             try:
                 response = await view.endpoint(preq)
@@ -360,9 +255,9 @@ class Console:
         return endpoint
 
     async def _run_action(self, action: Action, request: Request) -> Response:
-        session, cookie = await self._session(request)
+        session, cookie = await self._login.session(request)
         if session is None:
-            return self._not_signed_in(request)
+            return self._login.not_signed_in(request)
         form = await self._form(request)
         if isinstance(form, Response):
             return form

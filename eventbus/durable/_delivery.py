@@ -229,9 +229,18 @@ def _record(
 ) -> FailureRecord:
     name = env.name if env else group.listener.event_name
     event_id = env.event_id if env else entry.id
+    # The envelope's chain, as an in-process failure has its emission's: an event published
+    # with no cause starts its own chain.
+    cause = env.causation_id if env else None
+    chain = (env.correlation_id or env.event_id) if env else None
     if event is not None:
         base = FailureRecord.from_exception(
-            event=event, event_id=event_id, listener=group.listener.name, exc=exc
+            event=event,
+            event_id=event_id,
+            listener=group.listener.name,
+            exc=exc,
+            causation_id=cause,
+            correlation_id=chain,
         )
     else:
         base = FailureRecord.minimal(
@@ -240,6 +249,8 @@ def _record(
             listener=group.listener.name,
             exc=exc,
             attempts=entry.deliveries,
+            causation_id=cause,
+            correlation_id=chain,
         )
     note = (
         f"{DURABLE_NOTE}group={group.name} stream={entry.stream} entry={entry.id} "

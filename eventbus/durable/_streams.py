@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Any, Self
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskGroup
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
@@ -29,12 +29,9 @@ from ..abc import FailureStore
 from ..backends.memory import MemoryFailureStore
 from ..backends.redis import check_redis_server, make_redis_client
 from ..backends.sql import make_engine, redact_url
-from ._consumer import Consumer
 from ._events import DurableStarted, DurableStopped, register_durable_events
-from ._group import Group
 from ._handback import redeliver, replay, republish
 from ._inbox import Inbox
-from ._janitor import Janitor
 from ._keys import StreamKeys, consumer_name, validate_part
 from ._listener import DurableListener, Start, make_listener
 from ._options import DurableOptions
@@ -42,8 +39,9 @@ from ._outbox import Outbox
 from ._relay import Relay
 from ._runtime import Fault, Runtime, logger, utcnow
 from ._stats import DurableStatistics, RelayCounters
-from ._status import StreamStatus, discover_events, stream_status
+from ._status import DeadLetter, StreamStatus, dead_letters, discover_events, stream_status
 from ._tables import create_durable_tables, inbox, inbox_table, outbox, outbox_table
+from ._tasks import Tasks
 
 __all__ = ["RedisStreams"]
 
@@ -127,12 +125,8 @@ class RedisStreams:
         )
         self.relay = Relay(self.rt) if self.options.relay else None
         self._listeners: dict[str, DurableListener] = {}
-        self._consumers: list[Consumer] = []
-        self._janitor = Janitor(self.rt, [])
+        self._tasks = Tasks(self.rt, self.relay)
         self._running = False
-        self._tg: TaskGroup | None = None
-        self._scope: anyio.CancelScope | None = None
-        self._stopped = anyio.Event()
         self._stack: AsyncExitStack | None = None
         #: ``False``: ``start()`` runs nothing (a tool that only redelivers or republishes,
         #: such as ``python -m eventbus failures retry``, must not consume as a replica)
@@ -183,8 +177,7 @@ class RedisStreams:
             raise DuplicateListenerError(listener.name)
         self._listeners[listener.name] = listener
         if self._running:
-            assert self._tg is not None
-            self._tg.start_soon(self._start_consumer, listener)
+            self._tasks.add_soon(listener)
         return listener
 
     async def publish(
@@ -265,14 +258,11 @@ class RedisStreams:
         if not self.active:
             return
         if self.check_server:
-            await check_redis_server(self.client, purpose="durable events")
+            await check_redis_server(self.client, purpose="durable events", after_loss=_AFTER_LOSS)
         if self.create_tables:
             await create_durable_tables(self.engine, tables=(self.outbox_table, self.inbox_table))
         register_durable_events(self.registry)
-        self._stopped = anyio.Event()
-        self._consumers.clear()  # statistics() keeps reporting the last run's until now
-        self._janitor.groups.clear()
-        await task_group.start(self._run)
+        await self._tasks.start(task_group, self._listeners.values())
         self._running = True
         self.rt.notify(
             DurableStarted(
@@ -282,30 +272,6 @@ class RedisStreams:
             )
         )
 
-    async def _run(self, *, task_status: TaskStatus[None]) -> None:
-        try:
-            with anyio.CancelScope() as scope:
-                self._scope = scope
-                async with anyio.create_task_group() as tg:
-                    self._tg = tg
-                    for listener in self._listeners.values():
-                        await self._start_consumer(listener)
-                    if self.relay is not None:
-                        tg.start_soon(self.relay.run)
-                    tg.start_soon(self._janitor.run)
-                    task_status.started()
-        finally:
-            self._stopped.set()
-
-    async def _start_consumer(self, listener: DurableListener) -> None:
-        assert self._tg is not None
-        group = Group(self.rt, listener)
-        consumer = Consumer(group)
-        await consumer.prepare()
-        self._consumers.append(consumer)
-        self._janitor.groups.append(group)
-        await self._tg.start(consumer.run)
-
     async def aclose(self) -> None:
         """Stop: no more reads; calls in flight get ``shutdown_grace``, then are cancelled
         without acknowledgement; the relay finishes its batch and publishes what this process
@@ -313,22 +279,7 @@ class RedisStreams:
         with anyio.CancelScope(shield=True):
             if self._running:
                 self._running = False
-                grace = self.options.shutdown_grace
-                unfinished = 0
-
-                async def stop(consumer: Consumer) -> None:
-                    nonlocal unfinished
-                    unfinished += await consumer.stop(grace)
-
-                async with anyio.create_task_group() as tg:
-                    for consumer in self._consumers:
-                        tg.start_soon(stop, consumer)
-                if self.relay is not None:
-                    with anyio.move_on_after(grace):
-                        await self.relay.stop()
-                assert self._scope is not None
-                self._scope.cancel()
-                await self._stopped.wait()
+                unfinished = await self._tasks.stop(self.options.shutdown_grace)
                 self.rt.limiter.summarize()
                 self.rt.notify(
                     DurableStopped(
@@ -371,13 +322,13 @@ class RedisStreams:
     # -- operations ------------------------------------------------------------------------------
 
     def statistics(self) -> DurableStatistics:
-        groups = tuple(c.group.statistics() for c in self._consumers)
+        groups = tuple(c.group.statistics() for c in self._tasks.consumers)
         return DurableStatistics(
             service=self.service,
             consumer=self.rt.consumer,
             running=self._running,
             relay=(self.relay.counters if self.relay else RelayCounters()).snapshot(),
-            janitor=self._janitor.statistics(),
+            janitor=self._tasks.janitor.statistics(),
             groups=groups,
         )
 
@@ -389,10 +340,17 @@ class RedisStreams:
         )
         return [await stream_status(self.client, self.keys, n) for n in names]
 
+    async def dead_letters(
+        self, event: str, *, group: str | None = None, limit: int | None = 100
+    ) -> list[DeadLetter]:
+        """Dead letters of *event*, oldest first (of one *group* if given): what
+        :meth:`replay` hands back, by their ``dead_id``."""
+        return await dead_letters(self.client, self.keys, event, group=group, limit=limit)
+
     async def sweep(self, events: Sequence[str] | None = None) -> int:
         """Run the janitor once now, whoever's turn it is, over the streams of *events*
         (default: this process's listeners'); return the entries trimmed."""
-        return await self._janitor.sweep(events, force=True)
+        return await self._tasks.janitor.sweep(events, force=True)
 
     async def republish(self, *, since: datetime, events: Sequence[str] | None = None) -> int:
         """Publish again every retained outbox row published at or after *since*; see
@@ -445,12 +403,15 @@ class RedisStreams:
             logger.warning("could not emit %r", event.event_name, exc_info=True)
 
 
+#: What the start-up warning about the Redis server adds (see ``check_redis_server``).
+_AFTER_LOSS = (
+    "Events published in a window a restart lost must be restored with republish(since=...); "
+    "an evicted publish key (they have a TTL) lets a retried relay add an event twice"
+)
+
+
 def _no_notify(_event: Event) -> None:
     return None
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _check_durable(what: str, cls: type[Event]) -> None:

@@ -9,19 +9,14 @@ newer version can run beside one of the older.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from eventbus.backends.sql import UTCDateTime
+from eventbus.backends.sql import UTCDateTime, migrate_tables
 
 __all__ = ["create_tables", "jobs_table", "metadata", "paused_table", "runs_table"]
-
-logger = logging.getLogger("scheduler")
-
 
 metadata = sa.MetaData()
 
@@ -76,28 +71,7 @@ paused_table = sa.Table(
 
 async def create_tables(engine: AsyncEngine, *, tables: Sequence[sa.Table] | None = None) -> None:
     """Create the scheduler's tables (or only ``tables``) if they do not exist, and add to
-    existing ones the columns and indexes they lack (each logged at WARNING, once). Other
+    existing ones the columns and indexes they lack (each column logged at WARNING, once);
+    replicas starting together retry (:func:`eventbus.backends.sql.migrate_tables`). Other
     tables are left as they are: a store migrates only its own."""
-    chosen = list(metadata.sorted_tables if tables is None else tables)
-    async with engine.begin() as conn:
-        await conn.run_sync(metadata.create_all, checkfirst=True, tables=chosen)
-        await conn.run_sync(_migrate, chosen)
-
-
-def _migrate(conn: Connection, tables: Sequence[sa.Table]) -> None:
-    """Add missing nullable columns and missing indexes to the tables that already exist."""
-    inspector = sa.inspect(conn)
-    quote = conn.dialect.identifier_preparer.quote
-    for table in tables:
-        present = {c["name"] for c in inspector.get_columns(table.name)}
-        for column in table.columns:
-            if column.name in present:
-                continue
-            assert column.nullable, f"{table.name}.{column.name} must be nullable to be added"
-            kind = column.type.compile(dialect=conn.dialect)
-            conn.execute(
-                sa.text(f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(column.name)} {kind}")
-            )
-            logger.warning("added column %s.%s to the existing table", table.name, column.name)
-        for index in table.indexes:  # IF NOT EXISTS: replicas may race to create it
-            conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
+    await migrate_tables(engine, metadata.sorted_tables if tables is None else tables)

@@ -13,13 +13,18 @@ import os
 from datetime import UTC, datetime
 from typing import Any
 
+from eventbus.extras import missing_extra
+
+if _missing := missing_extra(__name__, "sql"):
+    raise _missing
+
 import anyio
 import anyio.lowlevel
 import sqlalchemy as sa
 from anyio.abc import AsyncResource
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from eventbus.backends.sql import make_engine
+from eventbus.backends.sql import make_engine, missing_columns
 
 from .._jobs import JobDefinition
 from .._records import RunRecord, RunStatus, abandoned_error
@@ -352,38 +357,17 @@ class _Tables:
         if self._lock is None:
             self._lock = anyio.Lock()
         async with self._lock:
-            if not self._create:
-                if not self._ready:
-                    async with self.engine.connect() as conn:
-                        self._missing = await conn.run_sync(_missing_columns, self._own)
-                    self._ready = True
+            if self._ready:
                 return
-            for attempt in range(1, _CREATE_ATTEMPTS + 1):
-                if self._ready:
-                    return
-                try:
-                    await create_tables(self.engine, tables=self._own)
-                except sa.exc.DBAPIError:
-                    # another process created a table or column between our check and
-                    # create; the next attempt sees it
-                    if attempt == _CREATE_ATTEMPTS:
-                        raise
-                    await anyio.sleep(0.05 * attempt)
-                else:
-                    self._ready = True
+            if self._create:  # replicas starting together retry there
+                await create_tables(self.engine, tables=self._own)
+            else:
+                async with self.engine.connect() as conn:
+                    self._missing = await conn.run_sync(_missing_columns, self._own)
+            self._ready = True
 
 
 def _missing_columns(conn: sa.Connection, tables: tuple[sa.Table, ...]) -> set[tuple[str, str]]:
     """(table, column) pairs the existing tables lack (a table that is missing lacks none:
     reading it fails with the database's own error)."""
-    inspector = sa.inspect(conn)
-    missing = set()
-    for table in tables:
-        if not inspector.has_table(table.name):
-            continue
-        present = {c["name"] for c in inspector.get_columns(table.name)}
-        missing |= {(table.name, c.name) for c in table.columns if c.name not in present}
-    return missing
-
-
-_CREATE_ATTEMPTS = 4
+    return {(table.name, name) for table in tables for name in missing_columns(conn, table)}

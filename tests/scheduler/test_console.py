@@ -4,7 +4,6 @@ on a virtual clock."""
 
 from __future__ import annotations
 
-import html
 import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -18,7 +17,7 @@ from starlette.routing import Mount
 from eventbus.console import Action, Console
 from scheduler import LocalLock, MemoryRunStore, RunContext, Scheduler, VirtualClock
 from scheduler.console import scheduler_pages
-from tests.console_support import TOKEN, login, result_banner
+from tests.console_support import TOKEN, login, result_banner, text
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -77,10 +76,6 @@ async def client(sched: Scheduler) -> AsyncIterator[httpx.AsyncClient]:
 @pytest.fixture
 async def csrf(client: httpx.AsyncClient) -> str:
     return await login(client)
-
-
-def text(response: httpx.Response) -> str:
-    return html.unescape(response.text)
 
 
 def job_row(page: str, name: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -17,22 +17,10 @@ from scheduler import (
     JobLookupError,
     MemoryRunStore,
     RunContext,
-    Scheduler,
-    VirtualClock,
 )
+from tests.scheduler.helpers import at, make
 
-T0 = datetime(2024, 1, 1, tzinfo=UTC)
 PARIS = ZoneInfo("Europe/Paris")
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-def make() -> tuple[Scheduler, VirtualClock, MemoryRunStore]:
-    clock = VirtualClock(T0)
-    runs = MemoryRunStore()
-    return Scheduler(clock=clock, runs=runs, min_interval=60), clock, runs
 
 
 async def noop(run: RunContext) -> None:

@@ -4,19 +4,14 @@ logged and the settle tried again, and the scheduler keeps firing (review findin
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import anyio
 import pytest
 
 from scheduler import LocalLock, MemoryRunStore, RunContext, Scheduler, VirtualClock
-
-T0 = datetime(2024, 1, 1, tzinfo=UTC)
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
+from tests.scheduler.helpers import T0, at
 
 
 class SettleRaisesOnce(LocalLock):

@@ -14,8 +14,9 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
+from eventbus.backends.redis import make_redis_client
 from scheduler import MemoryRunStore, RunContext, Scheduler
-from scheduler.backends.redis import RedisLock, make_redis_client
+from scheduler.backends.redis import RedisLock
 from tests.redis_server import RedisServer
 
 
