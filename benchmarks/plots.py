@@ -5,7 +5,7 @@ reads ``bench-results/*.json`` and writes, next to the JSON and into ``docs/perf
 performance page shows them; committed, so that the site and the README have them):
 
 * ``emit-vs-peers.png``: one emit's cost as a multiple of a direct call, for eventbus and each
-  peer, per workload (``peers.py``);
+  peer, per workload (``peers.py``; ratios in CPU time, which other processes cannot inflate);
 * ``scaling.png``: one emit's cost as names and wildcard patterns are added (``scaling.py``);
 * ``durable.png``: events/s end to end and latency at fixed offered rates (``durable.py``);
 * ``results.md``: every table of every script, with the machine, the load average and the
@@ -88,6 +88,13 @@ def row(found: Table, label_start: str) -> dict[str, Any] | None:
     return next((r for r in found["rows"] if r["label"].startswith(label_start)), None)
 
 
+def ratio(found: dict[str, Any]) -> float | None:
+    """The row's ratio in CPU time where measured (other processes on a shared machine cannot
+    inflate it), else in wall time."""
+    value = found.get("cpu_ratio") or found["ratio"]
+    return None if value is None else float(value)
+
+
 def subtitle(result: Result) -> str:
     env = result["environment"]
     quick = ", --quick" if result.get("quick") else ""
@@ -114,9 +121,9 @@ def plot_peers(result: Result, outs: Sequence[Path]) -> None:
         for w, (title_start, _) in enumerate(WORKLOADS):
             found = row(table(result, title_start), start)
             x = w + (i - (len(EMITTERS) - 1) / 2) * width
-            if found is not None and found["ratio"] is not None:
+            if found is not None and (value := ratio(found)) is not None:
                 xs.append(x)
-                ys.append(found["ratio"])
+                ys.append(value)
             elif found is not None:  # a case that does not apply (no wildcard patterns)
                 absent.setdefault(w, []).append((x, name))
         bars = ax.bar(xs, ys, width, label=name, color=COLOURS[name])
@@ -128,7 +135,7 @@ def plot_peers(result: Result, outs: Sequence[Path]) -> None:
         ax.text(middle, 1.2, f"n/a:\n{names}", ha="center", va="bottom", fontsize=6)
     ax.set_yscale("log")
     ax.set_xticks(range(len(WORKLOADS)), [label for _, label in WORKLOADS], fontsize=8)
-    ax.set_ylabel("x a direct call (log)", fontsize=8)
+    ax.set_ylabel("x a direct call, CPU time (log)", fontsize=8)
     ax.axhline(1, color="black", linewidth=0.6)
     ax.set_title(f"One emit, sync listeners (lower is better)\n{subtitle(result)}", fontsize=9)
     ax.legend(fontsize=7, ncols=3, loc="upper left")
@@ -140,17 +147,20 @@ def plot_scaling(result: Result, outs: Sequence[Path]) -> None:
     """Lines: x a direct call, as other names or wildcard patterns are registered."""
     found = table(result, "One emit, 1 matching listener")
     fig, ax = plt.subplots(figsize=(6.0, 3.2))
+    top = 1.0
     for kind, colour in (("other exact names", "#3f51b5"), ("wildcard patterns", "#ef6c00")):
         points = sorted(
-            (int(m[1].replace(",", "")), r["ratio"])
+            (int(m[1].replace(",", "")), value)
             for r in found["rows"]
-            if (m := re.match(r"\s*([\d,]+) " + kind, r["label"])) and r["ratio"] is not None
+            if (m := re.match(r"\s*([\d,]+) " + kind, r["label"]))
+            and (value := ratio(r)) is not None
         )
         ax.plot([p for p, _ in points], [r for _, r in points], "o-", label=kind, color=colour)
+        top = max([top, *(r for _, r in points)])
     ax.set_xscale("log")
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, top * 1.25)
     ax.set_xlabel("registered (log)", fontsize=8)
-    ax.set_ylabel("x a direct call", fontsize=8)
+    ax.set_ylabel("x a direct call, CPU time", fontsize=8)
     ax.set_title(f"One emit to 1 listener, as registrations grow\n{subtitle(result)}", fontsize=9)
     ax.legend(fontsize=7)
     ax.tick_params(labelsize=7)
@@ -169,7 +179,11 @@ def plot_durable(result: Result, outs: Sequence[Path]) -> None:
     left.set_xlabel("events/s, commit to listener finished", fontsize=8)
     left.set_xlim(right=max(r["median"] for r in throughput["rows"]) * 1.3)
     latency = table(result, "Latency at a fixed offered rate")
-    names = [r["label"] for r in latency["rows"]]
+    names = [
+        r["label"]
+        + (f" ({m[1]} reached)" if (m := re.search(r"offered ([\d,]+)/s", r["note"])) else "")
+        for r in latency["rows"]
+    ]
     p50 = [r["samples"][0] for r in latency["rows"]]  # durable.py stores (p50, p99, max)
     p99 = [r["samples"][1] for r in latency["rows"]]
     ys = range(len(names))
