@@ -28,7 +28,7 @@ from .._events import Event
 from .._failures import FailureRecord, FailureStatus, safe_str
 from .._retry import DURABLE_NOTE
 from ._context import Delivery, delivery_var
-from ._envelope import DeadInfo, Envelope
+from ._envelope import DeadInfo, Envelope, EnvelopeError, raw_value
 from ._events import DeadLettered
 from ._exceptions import DeliveriesExhaustedError
 from ._group import Entry, Group
@@ -54,18 +54,39 @@ def parse_note(note: str | None) -> dict[str, str] | None:
 
 
 async def deliver(group: Group, entry: Entry) -> None:
-    """Handle one entry to its end; never raises but for cancellation."""
+    """Handle one entry to its end; never raises but for cancellation: whatever one entry
+    does, the consumer and the transport go on with the next."""
     try:
         await _deliver(group, entry)
+    except Exception as exc:  # a case not foreseen: this entry goes, the consumer stays
+        logger.exception(
+            "durable listener %r: entry %s of %r could not be handled; dead-lettering it",
+            group.listener.name,
+            entry.id,
+            entry.stream,
+        )
+        try:
+            await _dead_letter(group, entry, None, None, exc)
+        except Exception:  # still pending: it comes back after the visibility time
+            logger.exception("could not dead-letter entry %s of %r", entry.id, entry.stream)
     finally:
         group.finish(entry)
+
+
+def _envelope(group: Group, entry: Entry) -> Envelope:
+    """:raises EnvelopeError: for an entry that is not an envelope of the group's event"""
+    env = Envelope.from_fields(entry.id, entry.fields)
+    wanted = group.listener.event_name
+    if env.name != wanted:
+        raise EnvelopeError(entry.id, f"it is an event for {env.name!r}, not for {wanted!r}")
+    return env
 
 
 async def _deliver(group: Group, entry: Entry) -> None:
     rt, opts = group.rt, group.rt.options
     try:
-        env = Envelope.from_fields(entry.id, entry.fields)
-    except Exception as exc:  # not ours, or damaged: no listener can take it, ever
+        env = _envelope(group, entry)
+    except EnvelopeError as exc:  # not ours, or damaged: no listener can take it, ever
         await _dead_letter(group, entry, None, None, exc)
         return
     if entry.deliveries > opts.max_deliveries:
@@ -74,9 +95,8 @@ async def _deliver(group: Group, entry: Entry) -> None:
         return
     event: Event | None = None
     group.counters.delivered += 1
-    token = delivery_var.set(
-        Delivery.of(env, group=group.name, entry_id=entry.id, deliveries=entry.deliveries)
-    )
+    delivery = Delivery.of(env, group=group.name, entry_id=entry.id, deliveries=entry.deliveries)
+    token = delivery_var.set(delivery)
     try:
         event = decode_payload(rt.registry, env.name, env.payload)
         ran = await _call(group, event, env)
@@ -180,10 +200,10 @@ async def _dead_letter(
         error=error,
         failure_id=fid,
     )
-    args: list[str] = [group.name, entry.id, str(opts.dead_maxlen)]
+    args: list[str | bytes] = [group.name, entry.id, str(opts.dead_maxlen)]
     for field, value in entry.fields.items():
         if not field.startswith("dead_"):
-            args += (field, value)
+            args += (raw_value(field), raw_value(value))  # a damaged entry's bytes as they were
     for field, value in info.fields().items():
         args += (field, value)
     try:
