@@ -22,25 +22,36 @@ from ._status import dead_letters
 
 __all__ = ["redeliver", "replay", "republish"]
 
+#: outbox rows per republish step (one DEL, one UPDATE)
+REPUBLISH_BATCH = 500
+
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
 async def republish(rt: Runtime, *, since: datetime, events: Sequence[str] | None) -> int:
-    """Make every retained outbox row published at or after *since* unpublished again (and
-    clear its publish key), so that the relays add it again: after a restart without
-    persistence, a failover, a flush. Listeners taking ``tx`` skip what they processed
-    already; others may see an event twice.
+    """Make every retained outbox row published at or after *since* unpublished again, so
+    that the relays add it again: after a restart without persistence, a failover, a flush.
+    Listeners taking ``tx`` skip what they processed already; others may see an event twice.
+
+    In batches, each in this order: delete the rows' publish keys, *then* reset the rows. A
+    relay can claim a row only once it is reset, and then finds no key: it adds the event.
+    (The other order let a relay claim a reset row, find its old key, and mark it published
+    without adding it.)
 
     :return: how many rows the relays will publish again
     """
-    rows = await rt.outbox.republish(rt.engine, since=since, names=events, now=utcnow())
-    for start in range(0, len(rows), 500):
-        chunk = rows[start : start + 500]
-        await rt.client.delete(*(rt.keys.published(n, e) for n, e in chunk))
-    logger.warning("republish: %d outbox rows since %s will be published again", len(rows), since)
-    return len(rows)
+    total, after = 0, 0
+    while rows := await rt.outbox.published_since(
+        rt.engine, since=since, names=events, after=after, limit=REPUBLISH_BATCH
+    ):
+        await rt.client.delete(*(rt.keys.published(name, eid) for _, name, eid in rows))
+        await rt.fault("republish")
+        total += await rt.outbox.unpublish(rt.engine, ids=[r[0] for r in rows], now=utcnow())
+        after = rows[-1][0]
+    logger.warning("republish: %d outbox rows since %s will be published again", total, since)
+    return total
 
 
 async def replay(

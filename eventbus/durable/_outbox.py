@@ -296,20 +296,35 @@ class Outbox:
             if n < batch:
                 return total
 
-    async def republish(
+    async def published_since(
         self,
         engine: AsyncEngine,
         *,
         since: datetime,
         names: Sequence[str] | None,
-        now: datetime,
-    ) -> list[tuple[str, str]]:
-        """Make rows published at or after *since* unpublished again; return (name, event id)
-        of each, so that the caller can clear their publish keys."""
+        after: int,
+        limit: int,
+    ) -> list[tuple[int, str, str]]:
+        """(id, name, event id) of up to *limit* rows published at or after *since*, with ids
+        above *after*, in id order (``republish`` works through them in batches)."""
+        c = self.table.c
+        stmt = (
+            sa.select(c.id, c.name, c.event_id)
+            .where(c.published_at >= since, c.id > after)
+            .order_by(c.id)
+            .limit(limit)
+        )
+        if names:
+            stmt = stmt.where(c.name.in_(list(names)))
+        async with engine.connect() as conn:
+            return [(row[0], row[1], row[2]) for row in (await conn.execute(stmt)).all()]
+
+    async def unpublish(self, engine: AsyncEngine, *, ids: Sequence[int], now: datetime) -> int:
+        """Make published rows among *ids* publishable again; return how many."""
         c = self.table.c
         stmt = (
             sa.update(self.table)
-            .where(c.published_at >= since)
+            .where(c.id.in_(list(ids)), c.published_at.is_not(None))
             .values(
                 published_at=None,
                 stream_id=None,
@@ -317,12 +332,9 @@ class Outbox:
                 lease_until=None,
                 available_at=now,
             )
-            .returning(c.name, c.event_id)
         )
-        if names:
-            stmt = stmt.where(c.name.in_(list(names)))
         async with engine.begin() as conn:
-            return [(row[0], row[1]) for row in (await conn.execute(stmt)).all()]
+            return int((await conn.execute(stmt)).rowcount)
 
     async def backlog(self, engine: AsyncEngine) -> Backlog:
         c = self.table.c
