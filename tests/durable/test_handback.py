@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -14,7 +15,7 @@ from tests.durable.conftest import FAST, Factory, wait_until
 from tests.durable.events import OrderPaid
 
 
-async def publish(streams: RedisStreams, engine: AsyncEngine, *order_ids: int, **kw: str) -> None:
+async def publish(streams: RedisStreams, engine: AsyncEngine, *order_ids: int, **kw: Any) -> None:
     async with engine.begin() as conn:
         await streams.publish_many([OrderPaid(order_id=i) for i in order_ids], conn, **kw)
 
