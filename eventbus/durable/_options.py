@@ -88,8 +88,9 @@ class DurableOptions:
 
     @property
     def settle(self) -> float:
-        """How long a publish key lives after its row was marked published: twice the lease,
-        so that a relay that stalled between its lease check and its XADD still finds it."""
+        """How long a publish key lives after its row was marked published: twice the lease.
+        A margin only: a relay that stalls after its claim is fenced by the ``PUBLISH``
+        script (nothing is added past the claim's deadline), not by the key."""
         return 2 * self.lease
 
     def retry_delay(self, deliveries: int) -> float:

@@ -21,18 +21,31 @@ __all__ = ["ScriptCall", "Scripts", "run_scripts"]
 #: one script call: the script, its keys, its arguments
 ScriptCall = tuple["AsyncScript", Sequence[str], Sequence[str]]
 
-#: Add events of one stream, each once. KEYS: the stream, then one publish key per event.
-#: ARGV: publish key TTL (ms), MAXLEN cap (0: none), the event name, the envelope version,
-#: then per event: n, event_id, seq, occurred_at, payload, and n optional field/value pairs
-#: (the script writes the field names: half the arguments to send per event). A publish key
-#: that exists means the event was added before (by a relay that crashed or stalled before it
-#: marked the row): its id is returned instead of adding the event again. Returns {ids,
-#: flags, capped}: flags has "1" (added) or "0" (found) per event; capped is 1 when the stream
-#: has reached its cap.
+#: Add events of one stream, each once, while the relay's claim still holds. KEYS: the
+#: stream, then one publish key per event. ARGV: publish key TTL (ms), MAXLEN cap (0: none),
+#: the event name, the envelope version, the claim's deadline (Unix ms by the relay's clock;
+#: 0: none), then per event: n, event_id, seq, occurred_at, payload, and n optional
+#: field/value pairs (the script writes the field names: half the arguments to send per
+#: event).
+#: The fence: past the deadline (by the server's clock, ``TIME``), nothing is added and every
+#: flag is "2": the relay stalled after its claim, and another relay may have claimed, added
+#: and marked the rows since, and its publish keys may have expired.
+#: A publish key that exists means the event was added before (by a relay that crashed or
+#: stalled before it marked the row): its id is returned instead of adding the event again.
+#: Returns {ids, flags, capped}: flags has "1" (added), "0" (found) or "2" (refused) per
+#: event; capped is 1 when the stream has reached its cap.
 PUBLISH = """
 local ttl, cap, name, version = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local deadline = tonumber(ARGV[5])
 local ids, flags = {}, {}
-local pos = 5
+if deadline > 0 then
+    local t = redis.call('TIME')
+    if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) >= deadline then
+        for k = 2, #KEYS do ids[#ids + 1] = '' end
+        return {ids, string.rep('2', #KEYS - 1), 0}
+    end
+end
+local pos = 6
 for k = 2, #KEYS do
     local n = tonumber(ARGV[pos])
     local prev = redis.call('GET', KEYS[k])

@@ -95,6 +95,38 @@ async def test_f4_a_relay_stopped_past_its_lease_marks_nothing_when_it_resumes(
     assert len(call_rows(calls_file)) == 1
 
 
+async def test_f4_a_relay_stopped_before_its_xadd_past_its_lease_adds_nothing(
+    apps: Apps, engine: AsyncEngine, client: Redis, calls_file: Path
+) -> None:
+    """Regression test: stopped after its lease check and before its XADD, until the other
+    relay had published, marked, and its publish key had expired, the first relay added the
+    event again when it resumed. The PUBLISH script's fence refuses it now."""
+    first = await apps(
+        "--publish", "1", "--pause-at", "adding", "--pause-seconds", "0.3",
+        ready="paused adding",
+    )  # fmt: skip
+    os.kill(first.proc.pid, signal.SIGSTOP)
+    try:
+        second = await apps("--listener", "grant=effect")
+        await wait_until(lambda: n_effects(engine, 1), what="the effect")
+        await wait_until(lambda: _published(engine), what="the second relay's mark", within=10)
+        key = f"eventbus:evt:{{order.paid}}:pub:{(await outbox_row(engine)).event_id}"
+        await wait_until(lambda: _no_key(client, key), what="the publish key to expire")
+    finally:
+        os.kill(first.proc.pid, signal.SIGCONT)
+    await first.expect("at published")  # it went on after the pause: the script refused
+    first_stats = await first.stop()
+    second_stats = await second.stop()
+    assert (first_stats["relay"]["published"], first_stats["relay"]["leases_lost"]) == (0, 1)
+    assert second_stats["relay"]["published"] == 1
+    assert await client.xlen(STREAM) == 1
+    assert len(call_rows(calls_file)) == 1
+
+
+async def _no_key(client: Redis, key: str) -> bool:
+    return not await client.exists(key)
+
+
 async def _published(engine: AsyncEngine) -> bool:
     return (await outbox_row(engine)).published_at is not None
 
