@@ -249,9 +249,18 @@ def _record(
 ) -> FailureRecord:
     name = env.name if env else group.listener.event_name
     event_id = env.event_id if env else entry.id
+    # As for an in-process failure: the correlation id of the first event of a chain is its
+    # own id; failures of one business transaction are then found (and retried) together.
+    causation = env.causation_id if env else None
+    correlation = (env.correlation_id or env.event_id) if env else None
     if event is not None:
         base = FailureRecord.from_exception(
-            event=event, event_id=event_id, listener=group.listener.name, exc=exc
+            event=event,
+            event_id=event_id,
+            listener=group.listener.name,
+            exc=exc,
+            causation_id=causation,
+            correlation_id=correlation,
         )
     else:
         base = FailureRecord.minimal(
@@ -260,6 +269,8 @@ def _record(
             listener=group.listener.name,
             exc=exc,
             attempts=entry.deliveries,
+            causation_id=causation,
+            correlation_id=correlation,
         )
     note = (
         f"{DURABLE_NOTE}group={group.name} stream={entry.stream} entry={entry.id} "

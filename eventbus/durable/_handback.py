@@ -13,12 +13,13 @@ from datetime import datetime
 from typing import Any
 
 from redis.exceptions import ResponseError
+from sqlalchemy.exc import SQLAlchemyError
 
-from .._failures import FailureRecord, FailureStatus
+from .._failures import FailureRecord, FailureStatus, safe_str
 from ._delivery import parse_note
-from ._envelope import DeadInfo, Envelope
+from ._envelope import DeadInfo, Envelope, raw_value
 from ._runtime import Runtime, logger, utcnow
-from ._status import dead_letters
+from ._status import DeadLetter, dead_letters
 
 __all__ = ["redeliver", "replay", "republish"]
 
@@ -82,10 +83,14 @@ async def replay(
 
 
 async def redeliver(rt: Runtime, failure: FailureRecord) -> str:
-    """Hand one dead durable failure back to its group alone: the event (rebuilt from the row
-    and its note) goes to the group's redelivery stream with a fresh delivery count, and its
-    dead letter is removed. The row is ``pending`` until a consumer of the group succeeds
-    (``resolved``) or it dies again (``dead``, attempts added up).
+    """Hand one dead durable failure back to its group alone: the event goes to the group's
+    redelivery stream with a fresh delivery count, and its dead letter is removed. The row is
+    ``pending`` until a consumer of the group succeeds (``resolved``) or it dies again
+    (``dead``, attempts added up).
+
+    The envelope is the original one, as the dead letter kept it; without the dead letter
+    (trimmed by its cap, deleted), the retained outbox row's; without either, what the
+    failure row holds (ids, payload, ``seq`` and time; not the aggregate key or headers).
 
     :raises ValueError: if *failure* is not a dead durable failure
     """
@@ -96,13 +101,9 @@ async def redeliver(rt: Runtime, failure: FailureRecord) -> str:
             f"{failure.status.value!r}); in-process failures are retried by retry_failures()"
         )
     group = info["group"]
-    env = Envelope(
-        event_id=failure.event_id,
-        name=failure.event_name,
-        payload=failure.payload,
-        seq=int(info.get("seq", "0")),
-        occurred_at=info.get("occurred_at", failure.first_failed_at.isoformat()),
-    )
+    letters = await dead_letters(rt.client, rt.keys, failure.event_name, limit=None)
+    mine = [d for d in letters if d.failure_id == failure.id]
+    original = await _original_fields(rt, failure, info, mine[-1] if mine else None)
     dead = DeadInfo(
         group=group,
         entry_id=info.get("entry", ""),
@@ -118,15 +119,40 @@ async def redeliver(rt: Runtime, failure: FailureRecord) -> str:
             raise
     # Pending before the entry exists: a consumer may resolve the row as soon as it does.
     await rt.failures.update(failure.replace(status=FailureStatus.PENDING))
-    fields: dict[Any, Any] = {**env.fields(), **dead.fields()}
+    fields: dict[Any, Any] = {raw_value(k): raw_value(v) for k, v in original.items()}
+    fields |= dead.fields()
     try:
         new_id = _text(await rt.client.xadd(restream, fields))
     except BaseException:
         await rt.failures.update(failure)
         raise
-    letters = await dead_letters(rt.client, rt.keys, failure.event_name, limit=None)
-    stale = [d.dead_id for d in letters if d.failure_id == failure.id]
-    if stale:
-        await rt.client.xdel(rt.keys.dead(failure.event_name), *stale)
+    if mine:
+        await rt.client.xdel(rt.keys.dead(failure.event_name), *(d.dead_id for d in mine))
     logger.info("dead failure %s redelivered to group %r as %s", failure.id, group, new_id)
     return new_id
+
+
+async def _original_fields(
+    rt: Runtime, failure: FailureRecord, note: dict[str, str], letter: DeadLetter | None
+) -> dict[str, str]:
+    """The event's envelope fields, from the best source left (see :func:`redeliver`)."""
+    if letter is not None:
+        return {k: v for k, v in letter.fields.items() if not k.startswith("dead_")}
+    try:
+        env = await rt.outbox.envelope(rt.engine, failure.event_id)
+    except SQLAlchemyError as exc:  # no outbox here: the publisher's database is elsewhere
+        logger.info("no outbox row for event %s (%s)", failure.event_id, safe_str(exc))
+        env = None
+    if env is None:
+        correlation = failure.correlation_id
+        env = Envelope(
+            event_id=failure.event_id,
+            name=failure.event_name,
+            payload=failure.payload,
+            seq=int(note.get("seq", "0")),
+            occurred_at=note.get("occurred_at", failure.first_failed_at.isoformat()),
+            causation_id=failure.causation_id,
+            # recorded as the event's own id when the envelope had none
+            correlation_id=None if correlation == failure.event_id else correlation,
+        )
+    return env.fields()

@@ -336,6 +336,13 @@ class Outbox:
         async with engine.begin() as conn:
             return int((await conn.execute(stmt)).rowcount)
 
+    async def envelope(self, engine: AsyncEngine, event_id: str) -> Envelope | None:
+        """The envelope of a retained row (``None``: purged, or written elsewhere)."""
+        stmt = sa.select(*self._returned).where(self.table.c.event_id == event_id)
+        async with engine.connect() as conn:
+            row = (await conn.execute(stmt)).first()
+        return None if row is None else ClaimedRow(*row).envelope()
+
     async def backlog(self, engine: AsyncEngine) -> Backlog:
         c = self.table.c
         stmt = sa.select(sa.func.count(), sa.func.min(c.created_at)).where(c.published_at.is_(None))

@@ -7,10 +7,14 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+import sqlalchemy as sa
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from eventbus.durable import RedisStreams
+from eventbus import MemoryFailureStore
+from eventbus.durable import Delivery, RedisStreams, current_delivery
+from eventbus.durable._tables import outbox
 from tests.durable.conftest import FAST, Factory, wait_until
 from tests.durable.events import OrderPaid
 
@@ -52,3 +56,62 @@ async def test_republish_clears_publish_keys_before_any_relay_can_claim_the_rows
         await other.relay.aclose()
     assert in_between and other.relay.counters.deduplicated == 0
     assert await client.xlen(stream) == 50
+
+
+META = {
+    "aggregate_key": "order-7",
+    "correlation_id": "corr-1",
+    "causation_id": "cause-1",
+    "headers": {"tenant": "acme"},
+}
+
+
+def _seen(d: Delivery) -> tuple[object, ...]:
+    return (
+        d.event_id,
+        d.seq,
+        d.occurred_at,
+        d.aggregate_key,
+        d.correlation_id,
+        d.causation_id,
+        d.headers,
+    )
+
+
+@pytest.mark.parametrize("source", ["dead letter", "outbox", "failure row"])
+async def test_a_redelivered_dead_failure_keeps_its_whole_envelope(
+    make_streams: Factory, engine: AsyncEngine, client: Redis, source: str
+) -> None:
+    """Regression test: ``failures retry`` rebuilt the envelope from the failure row alone
+    (aggregate key, causation and correlation ids, headers lost), and the row carried no
+    causation or correlation id, so ``failures retry --correlation`` never found it."""
+    store = MemoryFailureStore()
+    fixed = False
+    seen: list[tuple[object, ...]] = []
+
+    async def fragile(e: OrderPaid) -> None:
+        seen.append(_seen(current_delivery()))
+        if not fixed:
+            raise RuntimeError("down")
+
+    streams = make_streams(options=replace(FAST, max_deliveries=1), failures=store)
+    streams.subscribe(OrderPaid, fragile, name="fragile")
+    async with streams:
+        await publish(streams, engine, 1, **META)
+        await wait_until(lambda: streams.statistics().group("fragile").dead == 1, what="dead")
+        [rec] = await store.query(correlation="corr-1")  # found by its correlation id
+        assert (rec.causation_id, rec.correlation_id) == ("cause-1", "corr-1")
+        if source != "dead letter":  # the dead letter is gone (trimmed by its cap, deleted)
+            await client.delete(streams.keys.dead("order.paid"))
+        if source == "failure row":  # and the outbox row purged after its retention
+            async with engine.begin() as conn:
+                await conn.execute(sa.delete(outbox))
+        fixed = True
+        await streams.redeliver(rec)
+        await wait_until(lambda: len(seen) == 2, what="the redelivery")
+    first, again = seen
+    if source == "failure row":  # what the row keeps: ids, seq, time, causation
+        assert again[:3] == first[:3] and again[4:6] == first[4:6]
+    else:
+        assert again == first
+    assert first[3:] == ("order-7", "corr-1", "cause-1", {"tenant": "acme"})
