@@ -1,10 +1,12 @@
-"""``python -m eventbus streams status|pending|dead|replay|republish``: operate durable events.
+"""``python -m eventbus streams status|pending|dead|replay|republish|declare|forget|backfill``:
+operate durable events.
 
 Every command takes ``--redis`` (default ``$EVENTBUS_REDIS``, else ``redis://127.0.0.1:6379/0``)
-and ``--prefix``; ``status`` and ``republish`` also read the outbox through ``--db`` (the same
-rule as ``failures``). Nothing here needs the application's code: streams are found by
-``SCAN``, envelopes are shown as stored. Exit codes as for ``failures``: 0 success, 1 Redis or
-the database failed, 2 bad usage. Redis and SQLAlchemy are imported only when a command runs.
+and ``--prefix``; ``status``, ``republish`` and ``backfill`` also read the outbox through
+``--db`` (the same rule as ``failures``). Nothing here needs the application's code: streams
+are found by ``SCAN``, envelopes are shown as stored. Exit codes as for ``failures``: 0
+success, 1 Redis or the database failed, 2 bad usage. Redis and SQLAlchemy are imported only
+when a command runs.
 """
 
 from __future__ import annotations
@@ -84,6 +86,30 @@ def add_streams_parser(
     p.add_argument("--event", action="append", metavar="NAME", help="only this event (repeat)")
     p.set_defaults(handler=_republish)
 
+    p = sub.add_parser(
+        "declare",
+        parents=[common],
+        help="register a group before its service first runs (the janitor keeps its events)",
+    )
+    p.add_argument("event", metavar="EVENT", help="the event name")
+    p.add_argument("--group", required=True, metavar="GROUP", help="service:listener")
+    p.set_defaults(handler=_declare)
+
+    p = sub.add_parser("forget", parents=[common], help="retire a group: unregister and destroy it")
+    p.add_argument("event", metavar="EVENT", help="the event name")
+    p.add_argument("--group", required=True, metavar="GROUP", help="service:listener")
+    p.set_defaults(handler=_forget)
+
+    p = sub.add_parser(
+        "backfill",
+        parents=[common, db],
+        help="hand one group the events its stream no longer holds, from the outbox",
+    )
+    p.add_argument("event", metavar="EVENT", help="the event name")
+    p.add_argument("--group", required=True, metavar="GROUP", help="service:listener")
+    p.add_argument("--since", type=when, required=True, metavar="WHEN", help="ISO time or 2h")
+    p.set_defaults(handler=_backfill)
+
 
 class StreamsInputError(Exception):
     """Bad input found after argparse (printed as one line by the caller, exit code 2)."""
@@ -117,9 +143,13 @@ def _transport(args: argparse.Namespace, *, db: bool) -> RedisStreams:
 async def _run(args: argparse.Namespace, work: Callable[[RedisStreams], Awaitable[int]]) -> int:
     from redis.exceptions import RedisError
 
-    streams = _transport(args, db=args.action in ("status", "republish") and not _no_db(args))
+    streams = _transport(
+        args, db=args.action in ("status", "republish", "backfill") and not _no_db(args)
+    )
     try:
         return await work(streams)
+    except ValueError as exc:  # a group or event name that cannot be one
+        raise StreamsInputError(str(exc)) from None
     except RedisError as exc:
         print(f"error: Redis failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -165,6 +195,11 @@ async def _status(args: argparse.Namespace) -> int:
                 for g in s.groups
             ]
             _table(("  GROUP", "CONSUMERS", "PENDING", "LAG", "REDELIVERY", "LAST DELIVERED"), rows)
+            if s.absent_groups:
+                print(
+                    f"  registered, not created: {', '.join(s.absent_groups)} "
+                    "(the janitor keeps the outbox's retention of entries for them)"
+                )
         return EXIT_OK
 
     return await _run(args, work)
@@ -253,6 +288,44 @@ async def _republish(args: argparse.Namespace) -> int:
             _print_json({"republished": n})
         else:
             print(f"{n} outbox row{'s' if n != 1 else ''} will be published again by the relays")
+        return EXIT_OK
+
+    return await _run(args, work)
+
+
+async def _declare(args: argparse.Namespace) -> int:
+    async def work(streams: RedisStreams) -> int:
+        new = await streams.declare_group(args.event, args.group)
+        if args.json:
+            _print_json({"declared": args.group, "new": new})
+        else:
+            state = "declared" if new else "already registered"
+            print(f"group {args.group} {state} for {args.event}")
+        return EXIT_OK
+
+    return await _run(args, work)
+
+
+async def _forget(args: argparse.Namespace) -> int:
+    async def work(streams: RedisStreams) -> int:
+        found = await streams.forget_group(args.event, args.group)
+        if args.json:
+            _print_json({"forgotten": args.group, "found": found})
+        else:
+            state = "forgotten" if found else "was not registered and has no group"
+            print(f"group {args.group} of {args.event} {state}")
+        return EXIT_OK
+
+    return await _run(args, work)
+
+
+async def _backfill(args: argparse.Namespace) -> int:
+    async def work(streams: RedisStreams) -> int:
+        n = await streams.backfill(args.event, args.group, since=args.since)
+        if args.json:
+            _print_json({"backfilled": n})
+        else:
+            print(f"{n} event{'s' if n != 1 else ''} handed to group {args.group}")
         return EXIT_OK
 
     return await _run(args, work)

@@ -18,6 +18,7 @@ from redis.exceptions import RedisError, ResponseError
 from .._failures import safe_str
 from ._events import GroupRecreated
 from ._listener import DurableListener
+from ._registry import create_group, register_group
 from ._runtime import Runtime, logger
 from ._stats import GroupCounters, GroupStatistics
 
@@ -140,15 +141,13 @@ class Group:
 
         A new group starts at the stream's first entry (``0``), never at ``$``: events
         published before this service first started are delivered too; ``start="latest"``
-        opts out. The redelivery stream always starts at ``0``.
+        opts out. The redelivery stream always starts at ``0``. The group is registered for
+        the stream first, so that the janitor keeps its entries should it vanish.
         """
         first = "0" if self.listener.start == "first" else "$"
+        await register_group(self.rt, self.listener.event_name, self.name)
         for stream, start in ((self.stream, first), (self.restream, "0")):
-            try:
-                await self.rt.client.xgroup_create(stream, self.name, id=start, mkstream=True)
-            except ResponseError as exc:
-                if not str(exc).startswith("BUSYGROUP"):
-                    raise
+            await create_group(self.rt.client, stream, self.name, start)
 
     async def recover(self, exc: BaseException) -> None:
         """The group (or its stream) is gone: recreate it at ``0``, raise the alarm, and pause

@@ -1,5 +1,6 @@
-"""Handing events back: after Redis lost data (``republish``), dead letters to their group
-(``replay``), one dead failure to its group (``redeliver``, what ``failures retry`` does).
+"""Handing events back: after Redis lost data (``republish``), to a group that came after
+its events were trimmed (``backfill``), dead letters to their group (``replay``), one dead
+failure to its group (``redeliver``, what ``failures retry`` does).
 
 A group's redelivery stream (``...:re:<group>``) is read by that group's consumers only, so
 an event handed back reaches the listener that gave up on it, never the other groups. Nothing
@@ -12,16 +13,16 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from redis.exceptions import ResponseError
 from sqlalchemy.exc import SQLAlchemyError
 
 from .._failures import FailureRecord, FailureStatus, safe_str
 from ._delivery import parse_note
 from ._envelope import DeadInfo, Envelope, raw_value
+from ._registry import check_group, create_group, register_group
 from ._runtime import Runtime, logger, utcnow
 from ._status import DeadLetter, dead_letters
 
-__all__ = ["redeliver", "replay", "republish"]
+__all__ = ["backfill", "redeliver", "replay", "republish"]
 
 #: outbox rows per republish step (one DEL, one UPDATE)
 REPUBLISH_BATCH = 500
@@ -53,6 +54,49 @@ async def republish(rt: Runtime, *, since: datetime, events: Sequence[str] | Non
         after = rows[-1][0]
     logger.warning("republish: %d outbox rows since %s will be published again", total, since)
     return total
+
+
+async def backfill(rt: Runtime, event: str, group: str, *, since: datetime) -> int:
+    """Hand *group* alone the events of *event* published since *since* that its stream no
+    longer holds (trimmed before the group existed), from the retained outbox rows, through
+    the group's redelivery stream. Other groups see nothing again (a republish would send
+    them everything twice); the group is registered, so the janitor waits for it.
+
+    :return: how many events were handed over
+    """
+    check_group(group)
+    await register_group(rt, event, group)
+    restream = rt.keys.redeliver(event, group)
+    await create_group(rt.client, restream, group, "0")
+    first = await _first_id(rt, rt.keys.stream(event))
+    total, after = 0, 0
+    while rows := await rt.outbox.published_envelopes(
+        rt.engine, name=event, since=since, after=after, limit=REPUBLISH_BATCH
+    ):
+        after = rows[-1][0]
+        lost = [env for _, sid, env in rows if first is None or _older(sid, first)]
+        if lost:
+            async with rt.client.pipeline(transaction=False) as pipe:
+                for env in lost:
+                    pipe.xadd(restream, env.fields())  # type: ignore[arg-type]
+                await pipe.execute()
+        total += len(lost)
+    logger.warning("backfill: %d events of %r handed to group %r", total, event, group)
+    return total
+
+
+async def _first_id(rt: Runtime, stream: str) -> tuple[int, int] | None:
+    found = await rt.client.xrange(stream, count=1)
+    return _id(_text(found[0][0])) if found else None
+
+
+def _id(text: str) -> tuple[int, int]:
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _older(stream_id: str | None, first: tuple[int, int]) -> bool:
+    return stream_id is None or _id(stream_id) < first
 
 
 async def replay(
@@ -112,11 +156,7 @@ async def redeliver(rt: Runtime, failure: FailureRecord) -> str:
         failure_id=failure.id,
     )
     restream = rt.keys.redeliver(failure.event_name, group)
-    try:
-        await rt.client.xgroup_create(restream, group, id="0", mkstream=True)
-    except ResponseError as exc:
-        if not str(exc).startswith("BUSYGROUP"):
-            raise
+    await create_group(rt.client, restream, group, "0")
     # Pending before the entry exists: a consumer may resolve the row as soon as it does.
     await rt.failures.update(failure.replace(status=FailureStatus.PENDING))
     fields: dict[Any, Any] = {raw_value(k): raw_value(v) for k, v in original.items()}

@@ -8,6 +8,13 @@ For each event stream this process consumes (one process per stream and round, b
   entry younger than ``trim_keep``. Acknowledging never deletes (``XDEL`` on ack would take
   the entry from every other group too); the ``MAXLEN`` cap on ``XADD`` is only a backstop.
   A stream with no group at all is left alone: a service not deployed yet will want it.
+* every group that ever registered for the stream (its consumers register it when they
+  start; ``declare_group`` / ``streams declare`` registers one before its service first
+  runs) counts, existing or not: for one that does not exist (yet, or any more), entries
+  younger than the outbox's ``retention`` are kept. The rule: an entry goes once every
+  registered group has read it, or once the outbox no longer retains its row either. The
+  price: while a registered group is absent, the stream holds up to ``retention`` of events
+  (at most ``maxlen``, with the cap's alarm); ``forget_group`` / ``streams forget`` ends it.
 * delete consumers idle for ``consumer_idle`` that own no pending entry (a consumer with
   pending entries is never deleted: they would become unclaimable).
 """
@@ -63,10 +70,11 @@ class Janitor:
                 rt.keys.janitor(name), rt.consumer, nx=True, px=turn_ms
             ):
                 continue  # another process has this round
-            streams = [rt.keys.stream(name)]
-            streams += [g.restream for g in self.groups if g.listener.event_name == name]
-            for stream in streams:
-                trimmed += await self.trim(stream)
+            registry = rt.keys.groups(name)
+            streams: list[tuple[str, str | None]] = [(rt.keys.stream(name), registry)]
+            streams += [(g.restream, None) for g in self.groups if g.listener.event_name == name]
+            for stream, registered in streams:
+                trimmed += await self.trim(stream, registered)
                 dropped = await rt.scripts.drop_idle(
                     keys=[stream], args=[int(opts.consumer_idle * 1000), rt.consumer]
                 )
@@ -81,10 +89,13 @@ class Janitor:
         self.trimmed += trimmed
         return trimmed
 
-    async def trim(self, stream: str) -> int:
-        """Trim one stream below what its groups still need; return the entries removed."""
+    async def trim(self, stream: str, registry: str | None = None) -> int:
+        """Trim one stream below what its groups (and the absent ones of *registry*) still
+        need; return the entries removed."""
+        opts = self.rt.options
         reply = await self.rt.scripts.trim(
-            keys=[stream], args=[int(self.rt.options.trim_keep * 1000)]
+            keys=[stream] if registry is None else [stream, registry],
+            args=[int(opts.trim_keep * 1000), int(opts.retention.total_seconds() * 1000)],
         )
         if not reply:
             return 0

@@ -319,6 +319,22 @@ class Outbox:
         async with engine.connect() as conn:
             return [(row[0], row[1], row[2]) for row in (await conn.execute(stmt)).all()]
 
+    async def published_envelopes(
+        self, engine: AsyncEngine, *, name: str, since: datetime, after: int, limit: int
+    ) -> list[tuple[int, str | None, Envelope]]:
+        """(id, stream id, envelope) of up to *limit* rows of event *name* published at or
+        after *since*, with ids above *after*, in id order."""
+        c = self.table.c
+        stmt = (
+            sa.select(*self._returned, c.stream_id)
+            .where(c.name == name, c.published_at >= since, c.id > after)
+            .order_by(c.id)
+            .limit(limit)
+        )
+        async with engine.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [(row[0], row[-1], ClaimedRow(*row[:-1]).envelope()) for row in rows]
+
     async def unpublish(self, engine: AsyncEngine, *, ids: Sequence[int], now: datetime) -> int:
         """Make published rows among *ids* publishable again; return how many."""
         c = self.table.c

@@ -143,10 +143,12 @@ return out
 """
 
 #: Trim a stream below the oldest entry any of its groups still needs: the smallest pending
-#: id, or the entry after the last one delivered, whichever is older; never an entry younger
-#: than ARGV[1] ms. A stream without groups is left alone (a service not deployed yet will
-#: want its events). KEYS: stream. ARGV: keep ms. Returns {min id kept, entries trimmed}, or
-#: false when there was nothing to decide on.
+#: id, or the entry after the last one delivered, whichever is older; for a group registered
+#: in the registry hash (KEYS[2], optional) that does not exist (declared, not created yet;
+#: or vanished), every entry younger than ARGV[2] ms (the outbox's retention); never an entry
+#: younger than ARGV[1] ms. A stream without groups is left alone (a service not deployed
+#: yet will want its events). KEYS: stream, registry. ARGV: keep ms, retention ms. Returns
+#: {min id kept, entries trimmed}, or false when there was nothing to decide on.
 TRIM = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
 local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
@@ -161,9 +163,11 @@ local function consider(ms, seq)
         best_ms, best_seq = ms, seq
     end
 end
+local present = {}
 for _, g in ipairs(groups) do
     local info = {}
     for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
+    present[info['name']] = true
     local ms, seq = parse(info['last-delivered-id'])
     consider(ms, seq + 1)
     if tonumber(info['pending']) > 0 then
@@ -171,12 +175,16 @@ for _, g in ipairs(groups) do
         consider(parse(s[2]))
     end
 end
-local keep = tonumber(ARGV[1])
-if keep > 0 then
-    local t = redis.call('TIME')
-    local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    consider(now_ms - keep, 0)
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if #KEYS > 1 then
+    for _, name in ipairs(redis.call('HKEYS', KEYS[2])) do
+        if not present[name] then consider(now_ms - tonumber(ARGV[2]), 0) end
+    end
 end
+local keep = tonumber(ARGV[1])
+if keep > 0 then consider(now_ms - keep, 0) end
+if best_ms < 0 then return false end
 local min_id = string.format('%.0f-%.0f', best_ms, best_seq)
 local trimmed = redis.call('XTRIM', KEYS[1], 'MINID', '~', min_id)
 return {min_id, trimmed}

@@ -14,6 +14,7 @@ from redis.exceptions import ResponseError
 
 from ._envelope import DeadInfo, text_fields
 from ._keys import StreamKeys
+from ._registry import registered_groups
 
 __all__ = [
     "DeadLetter",
@@ -50,6 +51,9 @@ class StreamStatus:
     last_id: str | None
     groups: tuple[GroupStatus, ...]
     dead: int  #: entries in the dead-letter stream
+    #: groups registered for the stream that do not exist on it (declared before their
+    #: service's first start, or gone): the janitor keeps ``retention`` of entries for them
+    absent_groups: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -95,10 +99,12 @@ async def discover_events(client: Redis, keys: StreamKeys) -> list[str]:
 
 async def stream_status(client: Redis, keys: StreamKeys, name: str) -> StreamStatus:
     stream = keys.stream(name)
+    registered = await registered_groups(client, keys, name)
     try:
         info = await client.xinfo_stream(stream)
     except ResponseError:  # no such key
-        return StreamStatus(name, stream, 0, None, None, (), await _length(client, keys.dead(name)))
+        dead = await _length(client, keys.dead(name))
+        return StreamStatus(name, stream, 0, None, None, (), dead, tuple(registered))
     groups = []
     for g in await client.xinfo_groups(stream):
         gname = _text(g["name"])
@@ -130,6 +136,7 @@ async def stream_status(client: Redis, keys: StreamKeys, name: str) -> StreamSta
         last_id=_text(last[0]) if last else None,
         groups=tuple(sorted(groups, key=lambda g: g.name)),
         dead=await _length(client, keys.dead(name)),
+        absent_groups=tuple(r for r in registered if r not in {g.name for g in groups}),
     )
 
 

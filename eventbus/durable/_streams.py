@@ -32,13 +32,14 @@ from ..backends.sql import make_engine, redact_url
 from ._consumer import Consumer
 from ._events import DurableStarted, DurableStopped, register_durable_events
 from ._group import Group
-from ._handback import redeliver, replay, republish
+from ._handback import backfill, redeliver, replay, republish
 from ._inbox import Inbox
 from ._janitor import Janitor
 from ._keys import StreamKeys, consumer_name, validate_part
 from ._listener import DurableListener, Start, make_listener
 from ._options import DurableOptions
 from ._outbox import Outbox
+from ._registry import forget_group, register_group
 from ._relay import Relay
 from ._runtime import Fault, Runtime, logger, utcnow
 from ._stats import DurableStatistics, RelayCounters
@@ -402,6 +403,22 @@ class RedisStreams:
             self.relay.wake()
         return n
 
+    async def declare_group(self, event: str | type[Event], group: str) -> bool:
+        """Register *group* (``service:listener``) for *event*'s stream before its service
+        first runs (a deployment step): until it exists, the janitor keeps ``retention`` of
+        entries for it. Return whether it was new. See :mod:`~eventbus.durable._registry`."""
+        return await register_group(self.rt, _event_name(event), group)
+
+    async def forget_group(self, event: str | type[Event], group: str) -> bool:
+        """Retire *group*: off the registry, destroyed on the stream, its redelivery stream
+        deleted (its pending entries with it). Return whether there was anything to forget."""
+        return await forget_group(self.rt, _event_name(event), group)
+
+    async def backfill(self, event: str | type[Event], group: str, *, since: datetime) -> int:
+        """Hand *group* alone the events since *since* its stream no longer holds, from the
+        retained outbox rows; see :func:`~eventbus.durable._handback.backfill`."""
+        return await backfill(self.rt, _event_name(event), group, since=since)
+
     async def replay(
         self, event: str, *, group: str | None = None, ids: Sequence[str] | None = None
     ) -> list[str]:
@@ -451,6 +468,11 @@ def _no_notify(_event: Event) -> None:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _event_name(event: str | type[Event]) -> str:
+    name = event if isinstance(event, str) else getattr(event, "__event_name__", "")
+    return validate_part("event name", name)
 
 
 def _check_durable(what: str, cls: type[Event]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -215,6 +216,28 @@ async def test_f11_events_published_before_the_service_first_ran_are_delivered(
     service = await apps("--service", "late", "--listener", "grant=effect")
     await wait_until(lambda: n_effects(engine, 20), what="the backlog")
     await service.stop()
+    assert sorted(e.order_id for e in await effect_rows(engine)) == list(range(20))
+
+
+async def test_f11_with_another_service_consuming_and_its_janitor_running(
+    apps: Apps, engine: AsyncEngine, client: Redis, redis_url: str, calls_file: Path
+) -> None:
+    """The late service's group is declared by a deployment step (``streams declare``)
+    before the first event; the janitor of the service already consuming keeps its entries."""
+    declare = [sys.executable, "-m", "eventbus", "streams", "declare", "order.paid"]
+    done = await anyio.run_process([*declare, "--group", "late:grant", "--redis", redis_url])
+    assert done.stdout.decode() == "group late:grant declared for order.paid\n"
+    early = await apps(
+        "--service", "early", "--listener", "audit=call", "--janitor-interval", "0.1",
+        "--publish", "20",
+    )  # fmt: skip
+    await wait_until(lambda: _calls(calls_file, 20), what="the early service's calls")
+    await anyio.sleep(0.5)  # several janitor rounds, every entry read and acknowledged
+    early_stats = await early.stop()
+    assert early_stats["janitor"]["trimmed"] == 0 and await client.xlen(STREAM) == 20
+    late = await apps("--service", "late", "--listener", "grant=effect")
+    await wait_until(lambda: n_effects(engine, 20), what="the backlog")
+    await late.stop()
     assert sorted(e.order_id for e in await effect_rows(engine)) == list(range(20))
 
 
