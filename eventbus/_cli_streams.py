@@ -46,7 +46,8 @@ def add_streams_parser(
     common.add_argument(
         "--redis",
         metavar="URL",
-        help=f"the Redis URL (default: $EVENTBUS_REDIS, else {DEFAULT_REDIS})",
+        help=f"the Redis URL, redis+cluster://HOST:PORT for a Redis Cluster "
+        f"(default: $EVENTBUS_REDIS, else {DEFAULT_REDIS})",
     )
     common.add_argument("--prefix", default="eventbus", help="the key prefix (default: eventbus)")
     common.add_argument("--json", action="store_true", help="print JSON instead of text")

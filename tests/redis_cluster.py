@@ -13,10 +13,10 @@ import time
 
 from tests.redis_server import RedisServer, free_port
 
-__all__ = ["RedisCluster"]
+__all__ = ["RedisClusterServer"]
 
 
-class RedisCluster:
+class RedisClusterServer:
     """Owns the masters of one cluster; ``url`` names one of them (clients discover the rest)."""
 
     def __init__(self, masters: int = 3) -> None:
@@ -81,7 +81,7 @@ class RedisCluster:
         for node in self.nodes:
             node.cleanup()
 
-    def __enter__(self) -> RedisCluster:
+    def __enter__(self) -> RedisClusterServer:
         try:
             self.start()
         except BaseException:

@@ -21,7 +21,6 @@ import uuid
 from typing import Any
 
 import anyio
-from redis.exceptions import RedisError
 
 from .._codec import decode_payload
 from .._events import Event
@@ -32,7 +31,7 @@ from ._envelope import DeadInfo, Envelope, EnvelopeError, raw_value
 from ._events import DeadLettered
 from ._exceptions import DeliveriesExhaustedError
 from ._group import Entry, Group
-from ._runtime import logger, utcnow
+from ._runtime import REDIS_ERRORS, logger, utcnow
 
 __all__ = ["deliver", "failure_id", "parse_note"]
 
@@ -171,7 +170,7 @@ async def _failed(
             await rt.scripts.renew(
                 keys=[entry.stream], args=[group.name, rt.consumer, idle_ms, entry.id]
             )
-    except RedisError as err:  # it comes back after the full visibility time instead
+    except REDIS_ERRORS as err:  # it comes back after the full visibility time instead
         rt.log(logging.WARNING, ("retry", group.name), "could not schedule a retry: %s", err)
         return
     group.counters.retried += 1
@@ -208,7 +207,7 @@ async def _dead_letter(
         args += (field, value)
     try:
         await rt.scripts.dead_letter(keys=[entry.stream, group.dead_stream], args=args)
-    except RedisError as err:  # still pending: dead-lettered again (same row) after visibility
+    except REDIS_ERRORS as err:  # still pending: dead-lettered again (same row) after visibility
         rt.log(logging.WARNING, ("dead", group.name), "could not dead-letter: %s", err)
         return
     group.counters.dead += 1

@@ -13,13 +13,13 @@ import logging
 import time
 
 import anyio
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 
 from .._failures import safe_str
 from ._events import GroupRecreated
 from ._listener import DurableListener
 from ._registry import create_group, register_group
-from ._runtime import Runtime, logger
+from ._runtime import REDIS_ERRORS, Runtime, logger
 from ._stats import GroupCounters, GroupStatistics
 
 __all__ = ["Entry", "Group", "InFlight", "is_missing_group"]
@@ -175,7 +175,7 @@ class Group:
             self.rt.notify(GroupRecreated(stream=self.stream, group=self.name, error=str(exc)))
             try:
                 await self.ensure()
-            except RedisError as again:
+            except REDIS_ERRORS as again:
                 self.rt.log(
                     logging.ERROR,
                     ("recreate", self.name),
@@ -210,7 +210,7 @@ class Group:
             try:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(ACK_PATIENCE):
                     await self.rt.client.xack(stream, self.name, *ids)
-            except RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self.rt.log(
                     logging.WARNING,
                     ("ack", self.name),

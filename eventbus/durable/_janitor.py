@@ -25,11 +25,10 @@ import logging
 from collections.abc import Iterable, Sequence
 
 import anyio
-from redis.exceptions import RedisError
 
 from .._failures import safe_str
 from ._group import Group
-from ._runtime import Runtime, logger
+from ._runtime import REDIS_ERRORS, Runtime, logger
 from ._stats import JanitorStatistics
 
 __all__ = ["Janitor"]
@@ -52,7 +51,7 @@ class Janitor:
             await anyio.sleep(self.rt.options.janitor_interval)
             try:
                 await self.sweep()
-            except RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self.rt.log(logging.WARNING, "janitor", "janitor: %s", safe_str(exc))
 
     async def sweep(self, events: Iterable[str] | None = None, *, force: bool = False) -> int:

@@ -30,7 +30,7 @@ from .._failures import safe_str
 from ._envelope import VERSION
 from ._events import StreamCapped
 from ._outbox import ClaimedRow
-from ._runtime import Runtime, logger, utcnow
+from ._runtime import REDIS_ERRORS, Runtime, logger, utcnow
 from ._scripts import ScriptCall, run_scripts
 from ._stats import RelayCounters
 
@@ -42,6 +42,8 @@ BACKLOG_INTERVAL = 1.0
 MAX_BACKOFF = 5.0
 #: seconds between two cap alarms of one stream
 CAP_ALARM_INTERVAL = 60.0
+#: what a batch may fail with: its rows are given back, the relay backs off and goes on
+RETRIED: tuple[type[Exception], ...] = (*REDIS_ERRORS, SQLAlchemyError, OSError)
 #: the share of its lease after which a claim adds nothing (the rest is a margin for clocks)
 LEASE_SPENT = 0.8
 
@@ -98,7 +100,7 @@ class Relay:
             self._wakeup = anyio.Event()  # before the claim: a wake during it is not lost
             try:
                 claimed = await self.publish_batch()
-            except (RedisError, SQLAlchemyError, OSError) as exc:
+            except RETRIED as exc:
                 if self._stopping:
                     return
                 self.counters.errors += 1
@@ -172,7 +174,7 @@ class Relay:
         await rt.fault("adding")
         try:
             stream_ids, refused = await self._add(rows, int(deadline.timestamp() * 1000))
-        except RedisError as exc:
+        except REDIS_ERRORS as exc:
             retry_at = utcnow() + timedelta(seconds=min(max(self._backoff * 2, 0.05), 5.0))
             await rt.outbox.release(
                 db,
@@ -288,7 +290,7 @@ class Relay:
             if capped:
                 self._cap_alarm(name)
         if failed and not out and not refused:
-            raise failed[0] if isinstance(failed[0], RedisError) else RedisError(failed[0])
+            raise failed[0] if isinstance(failed[0], REDIS_ERRORS) else RedisError(failed[0])
         if failed:
             self.counters.errors += 1
             rt.log(
@@ -314,7 +316,7 @@ class Relay:
         if self._to_settle:
             try:
                 await run_scripts(self.rt.client, self._settle_calls())
-            except RedisError:
+            except REDIS_ERRORS:
                 pass  # the keys expire by their own TTL
             self._to_settle.clear()
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import NoScriptError
+import anyio
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 if TYPE_CHECKING:
-    from redis.asyncio import Redis
     from redis.commands.core import AsyncScript
+
+    from ._runtime import AnyRedis
 
 __all__ = ["ScriptCall", "Scripts", "run_scripts"]
 
@@ -216,7 +219,7 @@ return out
 class Scripts:
     """The scripts registered on one client (``EVALSHA``, loaded again after a restart)."""
 
-    def __init__(self, client: Redis) -> None:
+    def __init__(self, client: AnyRedis) -> None:
         self.publish: AsyncScript = client.register_script(PUBLISH)
         self.settle: AsyncScript = client.register_script(SETTLE)
         self.renew: AsyncScript = client.register_script(RENEW)
@@ -228,23 +231,42 @@ class Scripts:
 
 
 async def run_scripts(
-    client: Redis, calls: Sequence[ScriptCall], *, reload: bool = True
+    client: AnyRedis, calls: Sequence[ScriptCall], *, reload: bool = True
 ) -> list[Any]:
     """``EVALSHA`` every call in one pipeline; return each call's reply or exception.
 
     redis-py's own pipeline sends ``SCRIPT EXISTS`` first, a round trip per batch; here a
     script missing after a server restart fails with ``NOSCRIPT`` (without running), is
-    loaded, and only those calls are sent again.
+    loaded, and only those calls are sent again. On Redis Cluster, whose client refuses
+    scripts in a pipeline, the calls run concurrently instead, each on its key's node.
     """
-    async with client.pipeline(transaction=False) as pipe:
-        for script, keys, args in calls:
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
-        results: list[Any] = await pipe.execute(raise_on_error=False)
+    if isinstance(client, RedisCluster):
+        results = await _each(client, calls)
+    else:
+        async with client.pipeline(transaction=False) as pipe:
+            for script, keys, args in calls:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            results = await pipe.execute(raise_on_error=False)
     missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
     if missing and reload:
         for script in {id(calls[i][0]): calls[i][0] for i in missing}.values():
-            await client.script_load(script.script)
+            await client.script_load(script.script)  # on a cluster: on every master
         again = await run_scripts(client, [calls[i] for i in missing], reload=False)
         for i, reply in zip(missing, again, strict=True):
             results[i] = reply
+    return results
+
+
+async def _each(client: RedisCluster, calls: Sequence[ScriptCall]) -> list[Any]:
+    results: list[Any] = [None] * len(calls)
+
+    async def call(i: int, script: AsyncScript, keys: Sequence[str], args: Sequence[str]) -> None:
+        try:
+            results[i] = await client.evalsha(script.sha, len(keys), *keys, *args)
+        except (RedisError, RedisClusterException) as exc:
+            results[i] = exc
+
+    async with anyio.create_task_group() as tg:
+        for i, (script, keys, args) in enumerate(calls):
+            tg.start_soon(call, i, script, keys, args)
     return results

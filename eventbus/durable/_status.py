@@ -9,12 +9,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from ._envelope import DeadInfo, text_fields
 from ._keys import StreamKeys
 from ._registry import registered_groups
+from ._runtime import AnyRedis
 
 __all__ = [
     "DeadLetter",
@@ -87,7 +87,7 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-async def discover_events(client: Redis, keys: StreamKeys) -> list[str]:
+async def discover_events(client: AnyRedis, keys: StreamKeys) -> list[str]:
     """Names of the events that have a stream under this prefix (``SCAN ... TYPE stream``)."""
     names: set[str] = set()
     async for key in client.scan_iter(match=keys.scan_pattern(), count=1000, _type="stream"):
@@ -97,7 +97,7 @@ async def discover_events(client: Redis, keys: StreamKeys) -> list[str]:
     return sorted(names)
 
 
-async def stream_status(client: Redis, keys: StreamKeys, name: str) -> StreamStatus:
+async def stream_status(client: AnyRedis, keys: StreamKeys, name: str) -> StreamStatus:
     stream = keys.stream(name)
     registered = await registered_groups(client, keys, name)
     try:
@@ -140,7 +140,7 @@ async def stream_status(client: Redis, keys: StreamKeys, name: str) -> StreamSta
     )
 
 
-async def _length(client: Redis, key: str) -> int:
+async def _length(client: AnyRedis, key: str) -> int:
     try:
         return int(await client.xlen(key))
     except ResponseError:
@@ -148,7 +148,7 @@ async def _length(client: Redis, key: str) -> int:
 
 
 async def pending_entries(
-    client: Redis, keys: StreamKeys, name: str, group: str, *, limit: int = 100
+    client: AnyRedis, keys: StreamKeys, name: str, group: str, *, limit: int = 100
 ) -> list[PendingEntry]:
     """Pending entries of *group* on the event's stream and its redelivery stream."""
     out: list[PendingEntry] = []
@@ -172,7 +172,7 @@ async def pending_entries(
 
 
 async def dead_letters(
-    client: Redis,
+    client: AnyRedis,
     keys: StreamKeys,
     name: str,
     *,

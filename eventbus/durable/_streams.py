@@ -19,7 +19,6 @@ from typing import Any, Self
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
-from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from .._events import Event, EventRegistry, default_registry
@@ -27,7 +26,6 @@ from .._exceptions import DuplicateListenerError, DurableError, UnknownEventErro
 from .._failures import FailureRecord
 from ..abc import FailureStore
 from ..backends.memory import MemoryFailureStore
-from ..backends.redis import check_redis_server, make_redis_client
 from ..backends.sql import make_engine, redact_url
 from ._consumer import Consumer
 from ._events import DurableStarted, DurableStopped, register_durable_events
@@ -41,7 +39,8 @@ from ._options import DurableOptions
 from ._outbox import Outbox
 from ._registry import forget_group, register_group
 from ._relay import Relay
-from ._runtime import Fault, Runtime, logger, utcnow
+from ._runtime import AnyRedis, Fault, Runtime, logger, utcnow
+from ._server import check_servers, client_from_url
 from ._stats import DurableStatistics, RelayCounters
 from ._status import StreamStatus, discover_events, stream_status
 from ._tables import create_durable_tables, inbox, inbox_table, outbox, outbox_table
@@ -56,7 +55,9 @@ class RedisStreams:
     closed; one built from a URL is closed by :meth:`aclose`. Concurrency: asyncio only
     (redis-py's and SQLAlchemy's async APIs).
 
-    :param redis: a client (ideally :func:`eventbus.backends.redis.make_redis_client`) or URL
+    :param redis: a client (ideally :func:`eventbus.backends.redis.make_redis_client`), a
+        ``redis.asyncio.cluster.RedisCluster`` for a Redis Cluster, or a URL (a cluster's:
+        ``redis+cluster://host:port``)
     :param engine: the application's database (the outbox and inbox live next to its tables),
         as an ``AsyncEngine``, a URL or a SQLite path
     :param service: this service's name: each durable listener's group is ``service:name``
@@ -69,12 +70,13 @@ class RedisStreams:
     :param outbox_name: the outbox table's name
     :param inbox_name: the inbox table's name
     :param create_tables: create the outbox and inbox at start if missing
-    :param check_server: refuse an evicting Redis at start (see ``check_redis_server``)
+    :param check_server: refuse an evicting Redis (any master of a cluster) at start (see
+        ``check_redis_server``)
     """
 
     def __init__(
         self,
-        redis: Redis | str,
+        redis: AnyRedis | str,
         engine: AsyncEngine | str | os.PathLike[str],
         *,
         service: str,
@@ -93,11 +95,10 @@ class RedisStreams:
         self.options = options if options is not None else DurableOptions()
         self.registry = registry if registry is not None else default_registry
         self.keys = StreamKeys(prefix)
+        self.client: AnyRedis
         if isinstance(redis, str):
             # Blocking reads hold a connection each: one per group, plus headroom.
-            self.client = make_redis_client(
-                redis, socket_timeout=self.options.block + 5.0, max_connections=64
-            )
+            self.client = client_from_url(redis, block=self.options.block, connections=64)
             self._owns_client = True
         else:
             self.client, self._owns_client = redis, False
@@ -266,7 +267,7 @@ class RedisStreams:
         if not self.active:
             return
         if self.check_server:
-            await check_redis_server(self.client, purpose="durable events")
+            await check_servers(self.client)
         if self.create_tables:
             await create_durable_tables(self.engine, tables=(self.outbox_table, self.inbox_table))
         register_durable_events(self.registry)
