@@ -11,9 +11,14 @@ from redis.backoff import NoBackoff
 from ..backends.redis import RedisServerInfo, check_redis_server, make_redis_client
 from ._runtime import AnyRedis
 
-__all__ = ["CLUSTER_SCHEMES", "check_servers", "client_from_url"]
+__all__ = ["CLUSTER_SCHEMES", "HEADROOM", "check_pool", "check_servers", "client_from_url"]
 
 PURPOSE = "durable events"
+
+#: connections beyond the blocking reads: the relay, acknowledgements, leases, the janitor
+HEADROOM = 8
+#: a pool size that passes every check (a cluster client not connected yet)
+UNKNOWN = 2**31
 
 #: URL schemes of a Redis Cluster (any node's address; the client finds the others)
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
@@ -58,3 +63,47 @@ async def check_servers(client: AnyRedis) -> list[RedisServerInfo]:
         finally:
             await one.aclose()
     return found
+
+
+def check_pool(client: AnyRedis, *, listeners: int, block: float, owned: bool) -> None:
+    """Make sure *client* can serve *listeners* durable listeners: each holds a connection
+    for its blocking read (``block`` seconds at a time), the rest of the transport shares
+    :data:`HEADROOM` more, and a reply may take ``block`` seconds. A pool the transport built
+    itself (*owned*, from a URL) is grown to fit instead.
+
+    :raises ValueError: saying what to change
+    """
+    needed = listeners + HEADROOM
+    timeout, size = _timeout_and_size(client)
+    if timeout is not None and timeout <= block:
+        raise ValueError(
+            f"the Redis client's socket_timeout={timeout} s does not exceed the blocking "
+            f"reads' block={block} s: every empty read would time out; build the client with "
+            f"a socket_timeout above {block} s (make_redis_client(url, socket_timeout=...))"
+        )
+    if size >= needed:
+        return
+    if owned and not isinstance(client, RedisCluster):
+        client.connection_pool.max_connections = needed
+        return
+    raise ValueError(
+        f"the Redis client's pool has {size} connections, but the durable transport needs "
+        f"{needed}: one per durable listener ({listeners}) for its blocking read, plus "
+        f"{HEADROOM} for the relay, acknowledgements, leases and the janitor; build the client "
+        f"with make_redis_client(url, max_connections={needed}) or more (RedisCluster(..., "
+        f"max_connections={needed}) per master), or pass the URL and the transport sizes its "
+        "own pool"
+    )
+
+
+def _timeout_and_size(client: AnyRedis) -> tuple[float | None, int]:
+    """The reply timeout and the pool size (per master on a cluster: every stream may hash to
+    one master)."""
+    if isinstance(client, RedisCluster):
+        nodes = client.get_nodes()  # known once the client is initialized
+        if not nodes:
+            return None, UNKNOWN
+        timeout = nodes[0].connection_kwargs.get("socket_timeout")
+        return timeout, min(n.max_connections for n in nodes)
+    pool = client.connection_pool
+    return pool.connection_kwargs.get("socket_timeout"), pool.max_connections

@@ -19,6 +19,7 @@ from typing import Any, Self
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
+from redis.asyncio.cluster import RedisCluster
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from .._events import Event, EventRegistry, default_registry
@@ -40,7 +41,7 @@ from ._outbox import Outbox
 from ._registry import forget_group, register_group
 from ._relay import Relay
 from ._runtime import AnyRedis, Fault, Runtime, logger, utcnow
-from ._server import check_servers, client_from_url
+from ._server import check_pool, check_servers, client_from_url
 from ._stats import DurableStatistics, RelayCounters
 from ._status import StreamStatus, discover_events, stream_status
 from ._tables import create_durable_tables, inbox, inbox_table, outbox, outbox_table
@@ -183,6 +184,8 @@ class RedisStreams:
             )
         if listener.name in self._listeners:
             raise DuplicateListenerError(listener.name)
+        if self._running:
+            self._check_pool(len(self._listeners) + 1)
         self._listeners[listener.name] = listener
         if self._running:
             assert self._tg is not None
@@ -266,6 +269,9 @@ class RedisStreams:
             raise RuntimeError(f"{self!r} is already started")
         if not self.active:
             return
+        if isinstance(self.client, RedisCluster):
+            await self.client.initialize()  # its nodes, for the checks
+        self._check_pool(len(self._listeners))
         if self.check_server:
             await check_servers(self.client)
         if self.create_tables:
@@ -430,6 +436,12 @@ class RedisStreams:
         """Hand one dead durable failure back to its group alone (``failures retry``); see
         :func:`~eventbus.durable._handback.redeliver`."""
         return await redeliver(self.rt, failure)
+
+    def _check_pool(self, listeners: int) -> None:
+        """:raises ValueError: if the client cannot serve *listeners* (see ``check_pool``)"""
+        check_pool(
+            self.client, listeners=listeners, block=self.options.block, owned=self._owns_client
+        )
 
     # -- hooks -----------------------------------------------------------------------------------
 
