@@ -1,12 +1,12 @@
-"""``python -m eventbus streams status|pending|dead|replay|republish|declare|forget|backfill``:
-operate durable events.
+"""``python -m eventbus streams ACTION``: operate durable events (``status``, ``pending``,
+``dead``, ``replay``, ``republish``, ``declare``, ``forget``, ``backfill``, ``redrive``).
 
 Every command takes ``--redis`` (default ``$EVENTBUS_REDIS``, else ``redis://127.0.0.1:6379/0``)
-and ``--prefix``; ``status``, ``republish`` and ``backfill`` also read the outbox through
-``--db`` (the same rule as ``failures``). Nothing here needs the application's code: streams
-are found by ``SCAN``, envelopes are shown as stored. Exit codes as for ``failures``: 0
-success, 1 Redis or the database failed, 2 bad usage. Redis and SQLAlchemy are imported only
-when a command runs.
+and ``--prefix``; ``status``, ``republish``, ``backfill`` and ``redrive`` also read the outbox
+(``redrive`` the failure table too) through ``--db`` (the same rule as ``failures``). Nothing
+here needs the application's code: streams are found by ``SCAN``, envelopes are shown as
+stored. Exit codes as for ``failures``: 0 success, 1 Redis or the database failed, 2 bad
+usage. Redis and SQLAlchemy are imported only when a command runs.
 """
 
 from __future__ import annotations
@@ -111,6 +111,17 @@ def add_streams_parser(
     p.add_argument("--since", type=when, required=True, metavar="WHEN", help="ISO time or 2h")
     p.set_defaults(handler=_backfill)
 
+    p = sub.add_parser(
+        "redrive",
+        parents=[common, db],
+        help="hand a pending durable failure whose redelivery was lost back to its group",
+    )
+    p.add_argument("ids", nargs="+", metavar="ID", help="failure ids (or unique prefixes)")
+    p.add_argument(
+        "--force", action="store_true", help="even if its redelivery is still on its way"
+    )
+    p.set_defaults(handler=_redrive)
+
 
 class StreamsInputError(Exception):
     """Bad input found after argparse (printed as one line by the caller, exit code 2)."""
@@ -145,7 +156,8 @@ async def _run(args: argparse.Namespace, work: Callable[[RedisStreams], Awaitabl
     from redis.exceptions import RedisError
 
     streams = _transport(
-        args, db=args.action in ("status", "republish", "backfill") and not _no_db(args)
+        args,
+        db=args.action in ("status", "republish", "backfill", "redrive") and not _no_db(args),
     )
     try:
         return await work(streams)
@@ -327,6 +339,29 @@ async def _backfill(args: argparse.Namespace) -> int:
             _print_json({"backfilled": n})
         else:
             print(f"{n} event{'s' if n != 1 else ''} handed to group {args.group}")
+        return EXIT_OK
+
+    return await _run(args, work)
+
+
+async def _redrive(args: argparse.Namespace) -> int:
+    from ._cli import _find, _open
+
+    async def work(streams: RedisStreams) -> int:
+        store = await _open(args.db)
+        streams.failures = streams.rt.failures = store
+        out: list[dict[str, str | None]] = []
+        try:
+            for key in args.ids:
+                rec = await _find(store, key)
+                entry = await streams.redrive(rec, force=args.force)
+                out.append({"failure": rec.id, "group": rec.durable_group, "entry": entry})
+                if not args.json:
+                    print(f"{rec.id[:12]}  handed back to {rec.durable_group} as entry {entry}")
+        finally:
+            await store.aclose()
+        if args.json:
+            _print_json(out)
         return EXIT_OK
 
     return await _run(args, work)

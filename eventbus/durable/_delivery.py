@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-import re
 import time
-import uuid
 from typing import Any
 
 import anyio
@@ -25,31 +23,15 @@ import anyio
 from .._codec import decode_payload
 from .._events import Event
 from .._failures import FailureRecord, FailureStatus, safe_str
-from .._retry import DURABLE_NOTE
 from ._context import Delivery, delivery_var
 from ._envelope import DeadInfo, Envelope, EnvelopeError, raw_value
 from ._events import DeadLettered
 from ._exceptions import DeliveriesExhaustedError
 from ._group import Entry, Group
+from ._link import DurableLink, failure_id
 from ._runtime import REDIS_ERRORS, logger, utcnow
 
-__all__ = ["deliver", "failure_id", "parse_note"]
-
-_NAMESPACE = uuid.UUID("4f0c1a52-8a43-4d43-9a59-6b1c6e2f7d11")
-_NOTE = re.compile(r"(\w+)=(\S+)")
-
-
-def failure_id(group: str, stream: str, entry_id: str) -> str:
-    """The failure row of one dead entry: the same id however often it is dead-lettered (a
-    crash between the row and the dead letter repeats both; the row is written once)."""
-    return uuid.uuid5(_NAMESPACE, f"{group}\n{stream}\n{entry_id}").hex
-
-
-def parse_note(note: str | None) -> dict[str, str] | None:
-    """The ``key=value`` fields of a dead durable failure's note; ``None`` for another note."""
-    if not note or not note.startswith(DURABLE_NOTE):
-        return None
-    return dict(_NOTE.findall(note))
+__all__ = ["deliver"]
 
 
 async def deliver(group: Group, entry: Entry) -> None:
@@ -271,19 +253,22 @@ def _record(
             causation_id=causation,
             correlation_id=correlation,
         )
-    note = (
-        f"{DURABLE_NOTE}group={group.name} stream={entry.stream} entry={entry.id} "
-        f"deliveries={entry.deliveries}"
+    link = DurableLink(
+        group=group.name,
+        stream=entry.stream,
+        entry=entry.id,
+        deliveries=entry.deliveries,
+        seq=env.seq if env else None,
+        occurred_at=env.occurred_at if env else None,
     )
-    if env is not None:
-        note += f" seq={env.seq} occurred_at={env.occurred_at}"
     return base.replace(
         id=fid,
         payload=env.payload if env else base.payload,
         payload_ok=env is not None,
         attempts=entry.deliveries,
         status=FailureStatus.DEAD,
-        note=note,
+        note=link.note(),
+        **link.columns(),
     )
 
 

@@ -1,6 +1,6 @@
 """Handing events back: after Redis lost data (``republish``), to a group that came after
-its events were trimmed (``backfill``), dead letters to their group (``replay``), one dead
-failure to its group (``redeliver``, what ``failures retry`` does).
+its events were trimmed (``backfill``), dead letters to their group (``replay``). One failure
+row's event goes back to its group in :mod:`~eventbus.durable._redeliver`.
 
 A group's redelivery stream (``...:re:<group>``) is read by that group's consumers only, so
 an event handed back reaches the listener that gave up on it, never the other groups. Nothing
@@ -13,16 +13,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
-
-from .._failures import FailureRecord, FailureStatus, safe_str
-from ._delivery import parse_note
-from ._envelope import DeadInfo, Envelope, raw_value
 from ._registry import check_group, create_group, register_group
 from ._runtime import Runtime, logger, utcnow
-from ._status import DeadLetter, dead_letters
+from ._status import dead_letters
 
-__all__ = ["backfill", "redeliver", "replay", "republish"]
+__all__ = ["backfill", "replay", "republish"]
 
 #: outbox rows per republish step (one DEL, one UPDATE)
 REPUBLISH_BATCH = 500
@@ -124,75 +119,3 @@ async def replay(
         )
         out += [_text(r) for r in reply if r]
     return out
-
-
-async def redeliver(rt: Runtime, failure: FailureRecord) -> str:
-    """Hand one dead durable failure back to its group alone: the event goes to the group's
-    redelivery stream with a fresh delivery count, and its dead letter is removed. The row is
-    ``pending`` until a consumer of the group succeeds (``resolved``) or it dies again
-    (``dead``, attempts added up).
-
-    The envelope is the original one, as the dead letter kept it; without the dead letter
-    (trimmed by its cap, deleted), the retained outbox row's; without either, what the
-    failure row holds (ids, payload, ``seq`` and time; not the aggregate key or headers).
-
-    :raises ValueError: if *failure* is not a dead durable failure
-    """
-    info = parse_note(failure.note)
-    if failure.status is not FailureStatus.DEAD or info is None or "group" not in info:
-        raise ValueError(
-            f"failure {failure.id!r} is not a dead durable failure (status "
-            f"{failure.status.value!r}); in-process failures are retried by retry_failures()"
-        )
-    group = info["group"]
-    letters = await dead_letters(rt.client, rt.keys, failure.event_name, limit=None)
-    mine = [d for d in letters if d.failure_id == failure.id]
-    original = await _original_fields(rt, failure, info, mine[-1] if mine else None)
-    dead = DeadInfo(
-        group=group,
-        entry_id=info.get("entry", ""),
-        deliveries=int(info.get("deliveries", "0")),
-        error=f"{failure.error_type}: {failure.message}",
-        failure_id=failure.id,
-    )
-    restream = rt.keys.redeliver(failure.event_name, group)
-    await create_group(rt.client, restream, group, "0")
-    # Pending before the entry exists: a consumer may resolve the row as soon as it does.
-    await rt.failures.update(failure.replace(status=FailureStatus.PENDING))
-    fields: dict[Any, Any] = {raw_value(k): raw_value(v) for k, v in original.items()}
-    fields |= dead.fields()
-    try:
-        new_id = _text(await rt.client.xadd(restream, fields))
-    except BaseException:
-        await rt.failures.update(failure)
-        raise
-    if mine:
-        await rt.client.xdel(rt.keys.dead(failure.event_name), *(d.dead_id for d in mine))
-    logger.info("dead failure %s redelivered to group %r as %s", failure.id, group, new_id)
-    return new_id
-
-
-async def _original_fields(
-    rt: Runtime, failure: FailureRecord, note: dict[str, str], letter: DeadLetter | None
-) -> dict[str, str]:
-    """The event's envelope fields, from the best source left (see :func:`redeliver`)."""
-    if letter is not None:
-        return {k: v for k, v in letter.fields.items() if not k.startswith("dead_")}
-    try:
-        env = await rt.outbox.envelope(rt.engine, failure.event_id)
-    except SQLAlchemyError as exc:  # no outbox here: the publisher's database is elsewhere
-        logger.info("no outbox row for event %s (%s)", failure.event_id, safe_str(exc))
-        env = None
-    if env is None:
-        correlation = failure.correlation_id
-        env = Envelope(
-            event_id=failure.event_id,
-            name=failure.event_name,
-            payload=failure.payload,
-            seq=int(note.get("seq", "0")),
-            occurred_at=note.get("occurred_at", failure.first_failed_at.isoformat()),
-            causation_id=failure.causation_id,
-            # recorded as the event's own id when the envelope had none
-            correlation_id=None if correlation == failure.event_id else correlation,
-        )
-    return env.fields()

@@ -31,13 +31,14 @@ from ..backends.sql import make_engine, redact_url
 from ._consumer import Consumer
 from ._events import DurableStarted, DurableStopped, register_durable_events
 from ._group import Group
-from ._handback import backfill, redeliver, replay, republish
+from ._handback import backfill, replay, republish
 from ._inbox import Inbox
 from ._janitor import Janitor
 from ._keys import StreamKeys, consumer_name, validate_part
 from ._listener import DurableListener, Start, make_listener
 from ._options import DurableOptions
 from ._outbox import Outbox
+from ._redeliver import redeliver, redrive
 from ._registry import forget_group, register_group
 from ._relay import Relay
 from ._runtime import AnyRedis, Fault, Runtime, logger, utcnow
@@ -434,8 +435,13 @@ class RedisStreams:
 
     async def redeliver(self, failure: FailureRecord) -> str:
         """Hand one dead durable failure back to its group alone (``failures retry``); see
-        :func:`~eventbus.durable._handback.redeliver`."""
+        :func:`~eventbus.durable._redeliver.redeliver`."""
         return await redeliver(self.rt, failure)
+
+    async def redrive(self, failure: FailureRecord, *, force: bool = False) -> str:
+        """Hand a pending durable failure whose redelivery was lost back once more
+        (``streams redrive``); see :func:`~eventbus.durable._redeliver.redrive`."""
+        return await redrive(self.rt, failure, force=force)
 
     def _check_pool(self, listeners: int) -> None:
         """:raises ValueError: if the client cannot serve *listeners* (see ``check_pool``)"""

@@ -3,20 +3,23 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+import anyio
 import pytest
 import sqlalchemy as sa
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from eventbus import MemoryFailureStore
+from eventbus import EventBus, FailureStatus, MemoryFailureStore
+from eventbus.backends.sql import SqlFailureStore
 from eventbus.durable import Delivery, RedisStreams, current_delivery
 from eventbus.durable._tables import outbox
 from tests.durable.conftest import FAST, Factory, wait_until
-from tests.durable.events import OrderPaid
+from tests.durable.events import REG, OrderPaid
 
 
 async def publish(streams: RedisStreams, engine: AsyncEngine, *order_ids: int, **kw: Any) -> None:
@@ -115,3 +118,89 @@ async def test_a_redelivered_dead_failure_keeps_its_whole_envelope(
     else:
         assert again == first
     assert first[3:] == ("order-7", "corr-1", "cause-1", {"tenant": "acme"})
+
+
+async def test_a_pending_failure_whose_redelivery_was_lost_is_redriven(
+    make_streams: Factory, engine: AsyncEngine, client: Redis, db_url: str, redis_url: str
+) -> None:
+    """A dead row handed back is ``pending`` until its group's outcome; if that redelivery
+    entry is lost (trimmed, flushed), ``failures retry`` skips the row for ever. ``redrive``
+    (API and ``streams redrive``) hands it back once more, and refuses while the earlier
+    redelivery is still on its way."""
+    store = SqlFailureStore(engine)
+    fixed = False
+    handled: list[int] = []
+
+    async def fragile(e: OrderPaid) -> None:
+        if not fixed:
+            raise RuntimeError("down")
+        handled.append(e.order_id)
+
+    opts = replace(FAST, max_deliveries=1)
+    streams = make_streams(options=opts)
+    bus = EventBus(REG, store, durable=streams)
+    bus.on(OrderPaid, fragile, durable=True, name="fragile")
+    async with bus:
+        await publish(streams, engine, 4)
+        await wait_until(lambda: streams.statistics().group("fragile").dead == 1, what="dead")
+    [rec] = await store.query()
+    operator = make_streams(options=replace(opts, relay=False), failures=store)
+    await operator.redeliver(rec)  # no consumer runs: the entry waits in the group's stream
+    pending = await store.get(rec.id)
+    assert pending is not None and pending.status is FailureStatus.PENDING
+    with pytest.raises(
+        ValueError, match=r"still on its way to group 'svc:fragile': entry .* not read yet"
+    ):
+        await operator.redrive(pending)
+    report = await bus.retry_failures()  # what an operator tries first
+    assert [i.result for i in report.items] == ["skipped"]
+    assert f"streams redrive {rec.id}" in (report.items[0].reason or "")
+    await client.delete(streams.keys.redeliver("order.paid", "svc:fragile"))  # lost
+    command = [sys.executable, "-m", "eventbus", "streams", "redrive", rec.id[:10]]
+    done = await anyio.run_process([*command, "--db", db_url, "--redis", redis_url])
+    assert done.stdout.decode().startswith(f"{rec.id[:12]}  handed back to svc:fragile as entry ")
+    fixed = True
+    consumer = make_streams(options=opts, failures=store)
+    consumer.subscribe(OrderPaid, fragile, name="fragile")
+    async with consumer:
+        await wait_until(lambda: handled == [4], what="the redriven delivery")
+        await wait_until(lambda: _status_is(store, rec.id, FailureStatus.RESOLVED), what="resolved")
+    with pytest.raises(ValueError, match="not a pending durable failure"):
+        await operator.redrive(rec)
+
+
+async def _status_is(store: SqlFailureStore, fid: str, status: FailureStatus) -> bool:
+    rec = await store.get(fid)
+    return rec is not None and rec.status is status
+
+
+async def test_the_link_to_the_group_survives_an_operator_rewriting_the_note(
+    make_streams: Factory, engine: AsyncEngine
+) -> None:
+    """Regression test: a row was durable only while its note began with "durable "; an
+    operator's note (the console's resolve writes one) cut it from its group and stream."""
+    store = SqlFailureStore(engine)
+    fixed = False
+    handled: list[int] = []
+
+    async def fragile(e: OrderPaid) -> None:
+        if not fixed:
+            raise RuntimeError("down")
+        handled.append(e.order_id)
+
+    streams = make_streams(options=replace(FAST, max_deliveries=1))
+    bus = EventBus(REG, store, durable=streams)
+    bus.on(OrderPaid, fragile, durable=True, name="fragile")
+    async with bus:
+        await publish(streams, engine, 6)
+        await wait_until(lambda: streams.statistics().group("fragile").dead == 1, what="dead")
+        [rec] = await store.query()
+        assert rec.note is not None and rec.note.startswith("durable group=svc:fragile ")
+        assert (rec.durable_group, rec.durable_deliveries, rec.durable_seq) == ("svc:fragile", 1, 1)
+        assert rec.durable_stream == streams.keys.stream("order.paid") and rec.durable_entry
+        await store.update(rec.replace(note="looked at it: the payment API was down"))
+        fixed = True
+        report = await bus.retry_failures()
+        assert [i.result for i in report.items] == ["redelivered"]
+        await wait_until(lambda: handled == [6], what="the redelivery")
+        await wait_until(lambda: _status_is(store, rec.id, FailureStatus.RESOLVED), what="resolved")
