@@ -22,6 +22,7 @@ import anyio
 
 from .._codec import decode_payload
 from .._events import Event
+from .._exceptions import ListenerTimeoutError
 from .._failures import FailureRecord, FailureStatus, safe_str
 from ._context import Delivery, delivery_var
 from ._envelope import DeadInfo, Envelope, EnvelopeError, raw_value
@@ -98,7 +99,21 @@ async def _deliver(group: Group, entry: Entry) -> None:
 
 
 async def _call(group: Group, event: Event, env: Envelope) -> bool:
-    """Call the listener; ``False`` when the inbox shows the event was processed already."""
+    """Call the listener within ``call_timeout``; ``False`` when the inbox shows the event
+    was processed already.
+
+    :raises ListenerTimeoutError: if an async call ran past ``call_timeout`` (cancelled: its
+        transaction, if it takes ``tx``, rolled back)
+    """
+    limit, listener = group.rt.options.call_timeout, group.listener
+    if limit is None or not listener.is_async:
+        return await _run(group, event, env)
+    with anyio.move_on_after(limit):  # only its own deadline: a stop still cancels
+        return await _run(group, event, env)
+    raise ListenerTimeoutError(listener.name, limit)
+
+
+async def _run(group: Group, event: Event, env: Envelope) -> bool:
     rt, listener = group.rt, group.listener
     if listener.takes_tx:
         async with rt.engine.begin() as conn:

@@ -224,6 +224,36 @@ async def test_f21_a_sync_listener_blocking_its_thread_keeps_its_lease(
     assert [g.reclaimed for s in (a, b) for g in s.statistics().groups] == [0, 0]
 
 
+async def test_a_call_past_call_timeout_is_cut_short_and_counts_as_a_failure(
+    make_streams: Factory, engine: AsyncEngine
+) -> None:
+    """Review risk 9: a hung call held its slot for ever (leases renewed, never retried,
+    never dead). With ``call_timeout`` it is cancelled, retried, and dead at the last try."""
+    store = MemoryFailureStore()
+    calls: list[int] = []
+    later: list[int] = []
+
+    async def hangs(e: OrderPaid, tx: AsyncConnection) -> None:
+        if e.order_id == 1:
+            calls.append(current_delivery().deliveries)
+            await tx.execute(effects.insert().values(listener="h", event_id="", order_id=1))
+            await anyio.sleep(3600)  # a remote call that never answers
+        later.append(e.order_id)
+
+    opts = replace(FAST, call_timeout=0.3, max_deliveries=2)
+    streams = make_streams(options=opts, failures=store)
+    streams.subscribe(OrderPaid, hangs, name="hangs")
+    async with streams:
+        await publish(streams, engine, 1, 2)
+        await wait_until(lambda: later == [2], what="the next event, beside the hung one")
+        await wait_until(lambda: streams.statistics().group("hangs").dead == 1, what="dead")
+    assert calls == [1, 2]
+    [rec] = await store.query()
+    assert rec.error_type == "eventbus.ListenerTimeoutError"
+    assert rec.message == "listener 'hangs' did not finish within timeout=0.3s"
+    assert await effect_rows(engine) == []  # each cut-short call's transaction rolled back
+
+
 async def test_f17_shutdown_mid_call_never_acknowledges(
     make_streams: Factory, engine: AsyncEngine, client: Redis
 ) -> None:
