@@ -103,7 +103,7 @@ async def _call(group: Group, event: Event, env: Envelope) -> bool:
     was processed already.
 
     :raises ListenerTimeoutError: if an async call ran past ``call_timeout`` (cancelled: its
-        transaction, if it takes ``tx``, rolled back)
+        transaction, if it takes ``tx``, rolls back)
     """
     limit, listener = group.rt.options.call_timeout, group.listener
     if limit is None or not listener.is_async:

@@ -233,10 +233,9 @@ async def test_a_call_past_call_timeout_is_cut_short_and_counts_as_a_failure(
     calls: list[int] = []
     later: list[int] = []
 
-    async def hangs(e: OrderPaid, tx: AsyncConnection) -> None:
+    async def hangs(e: OrderPaid) -> None:
         if e.order_id == 1:
             calls.append(current_delivery().deliveries)
-            await tx.execute(effects.insert().values(listener="h", event_id="", order_id=1))
             await anyio.sleep(3600)  # a remote call that never answers
         later.append(e.order_id)
 
@@ -251,7 +250,6 @@ async def test_a_call_past_call_timeout_is_cut_short_and_counts_as_a_failure(
     [rec] = await store.query()
     assert rec.error_type == "eventbus.ListenerTimeoutError"
     assert rec.message == "listener 'hangs' did not finish within timeout=0.3s"
-    assert await effect_rows(engine) == []  # each cut-short call's transaction rolled back
 
 
 async def test_f17_shutdown_mid_call_never_acknowledges(
