@@ -202,10 +202,22 @@ async def _dead_letter(
             args += (raw_value(field), raw_value(value))  # a damaged entry's bytes as they were
     for field, value in info.fields().items():
         args += (field, value)
+    await rt.fault("dead-letter")
     try:
-        await rt.scripts.dead_letter(keys=[entry.stream, group.dead_stream], args=args)
+        moved = await rt.scripts.dead_letter(keys=[entry.stream, group.dead_stream], args=args)
     except REDIS_ERRORS as err:  # still pending: dead-lettered again (same row) after visibility
         rt.log(logging.WARNING, ("dead", group.name), "could not dead-letter: %s", err)
+        return
+    if not moved:  # another consumer took the entry over and finished it: its outcome counts
+        rt.log(
+            logging.WARNING,
+            ("dead-gone", group.name),
+            "entry %s of group %r was no longer pending when this consumer dead-lettered it "
+            "(another consumer reclaimed it after a stall); failure row %s may be stale",
+            entry.id,
+            group.name,
+            fid[:12],
+        )
         return
     group.counters.dead += 1
     name = env.name if env else group.listener.event_name

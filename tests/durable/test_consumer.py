@@ -252,6 +252,39 @@ async def test_a_call_past_call_timeout_is_cut_short_and_counts_as_a_failure(
     assert rec.message == "listener 'hangs' did not finish within timeout=0.3s"
 
 
+async def test_an_entry_taken_over_before_its_dead_letter_is_not_counted_or_announced(
+    make_streams: Factory, engine: AsyncEngine, client: Redis
+) -> None:
+    """Review risk 10a: the DEAD_LETTER script found the entry no longer pending (another
+    consumer had reclaimed and finished it), yet it was counted dead and announced."""
+    announced: list[Event] = []
+    stream = "eventbus:evt:{order.paid}"
+
+    async def taken_over(point: str) -> None:
+        if point == "dead-letter":  # another consumer finishes it first
+            [pending] = await pending_of(client, streams, "svc:poison")
+            await client.xack(stream, "svc:poison", pending["message_id"])
+
+    async def poison(e: OrderPaid) -> None:
+        raise ValueError("poison")
+
+    streams = make_streams(options=replace(FAST, max_deliveries=1), _fault=taken_over)
+    streams.notify = announced.append
+    streams.subscribe(OrderPaid, poison, name="poison")
+    async with streams:
+        await publish(streams, engine, 1)
+        await wait_until(lambda: streams.statistics().group("poison").failed == 1, what="call")
+        await wait_until(lambda: _no_pending(client, streams), what="the other's acknowledgement")
+        await anyio.sleep(0.2)  # the dead-letter step is over
+        stats = streams.statistics().group("poison")
+    assert stats.dead == 0 and not any(isinstance(e, DeadLettered) for e in announced)
+    assert await client.xlen(streams.keys.dead("order.paid")) == 0
+
+
+async def _no_pending(client: Redis, streams: RedisStreams) -> bool:
+    return await pending_of(client, streams, "svc:poison") == []
+
+
 async def test_f17_shutdown_mid_call_never_acknowledges(
     make_streams: Factory, engine: AsyncEngine, client: Redis
 ) -> None:
