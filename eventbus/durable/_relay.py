@@ -117,6 +117,7 @@ class Relay:
                 continue
             self._backoff = 0.0
             if claimed >= opts.relay_batch:
+                await self._update_backlog()  # once a second: saturated is when it matters
                 await checkpoint()
                 continue
             if self._stopping:
@@ -358,7 +359,13 @@ class Relay:
         self._next_backlog = time.monotonic() + BACKLOG_INTERVAL
         try:
             backlog = await self.rt.outbox.backlog(self.rt.engine)
-        except SQLAlchemyError:
+        except SQLAlchemyError as exc:
+            self.rt.log(
+                logging.WARNING,
+                "backlog",
+                "relay: could not count the outbox backlog (%s); statistics keep the last count",
+                safe_str(exc),
+            )
             return
         self.counters.backlog = backlog.count
         self.counters.oldest_age = backlog.oldest_age(utcnow())

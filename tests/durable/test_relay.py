@@ -9,7 +9,7 @@ import anyio
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from eventbus.durable import create_durable_tables
+from eventbus.durable import RedisStreams, create_durable_tables
 from tests.durable.conftest import FAST, Factory, entries, wait_until
 from tests.durable.events import OrderPaid
 
@@ -60,3 +60,32 @@ async def test_f4_a_relay_stalled_before_its_xadd_past_its_lease_adds_nothing(
 
 async def _gone(client: Redis, key: str) -> bool:
     return not await client.exists(key)
+
+
+async def test_the_backlog_statistic_is_kept_fresh_while_the_relay_is_saturated(
+    make_streams: Factory, engine: AsyncEngine
+) -> None:
+    """Review risk 10b: the backlog was counted only when a batch came back short, so a
+    saturated relay (the moment it matters) reported none, or a stale count."""
+    await create_durable_tables(engine)
+    quiet = make_streams(options=replace(FAST, relay=False))
+    async with engine.begin() as conn:
+        await quiet.publish_many([OrderPaid(order_id=i) for i in range(3000)], conn)
+
+    async def slow_batches(point: str) -> None:
+        if point == "claimed":
+            await anyio.sleep(0.01)
+
+    streams = make_streams(options=replace(FAST, relay_batch=50), _fault=slow_batches)
+    seen: list[int] = []
+    async with streams:
+        await wait_until(lambda: _backlog_seen(streams, seen), what="a backlog count under load")
+        await wait_until(lambda: streams.statistics().relay.backlog == 0, what="the end")
+    assert 0 < seen[0] < 3000
+
+
+def _backlog_seen(streams: RedisStreams, seen: list[int]) -> bool:
+    backlog = streams.statistics().relay.backlog
+    if backlog:
+        seen.append(backlog)
+    return bool(seen)
