@@ -17,6 +17,10 @@ For each event stream this process consumes (one process per stream and round, b
   (at most ``maxlen``, with the cap's alarm); ``forget_group`` / ``streams forget`` ends it.
 * delete consumers idle for ``consumer_idle`` that own no pending entry (a consumer with
   pending entries is never deleted: they would become unclaimable).
+
+And every ``purge_interval``, in each process with a listener taking ``tx``, inbox rows past
+``retention`` are deleted in batches (the relay purges the outbox; a service that only
+consumes runs no relay, but has an inbox).
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ import logging
 from collections.abc import Iterable, Sequence
 
 import anyio
+from sqlalchemy.exc import SQLAlchemyError
 
 from .._failures import safe_str
 from ._group import Group
-from ._runtime import REDIS_ERRORS, Runtime, logger
+from ._runtime import REDIS_ERRORS, Runtime, logger, utcnow
 from ._stats import JanitorStatistics
 
 __all__ = ["Janitor"]
@@ -53,6 +58,19 @@ class Janitor:
                 await self.sweep()
             except REDIS_ERRORS as exc:
                 self.rt.log(logging.WARNING, "janitor", "janitor: %s", safe_str(exc))
+
+    async def purge_inbox_loop(self) -> None:
+        rt, opts = self.rt, self.rt.options
+        while True:
+            await anyio.sleep(opts.purge_interval)
+            if not any(g.listener.takes_tx for g in self.groups):
+                continue
+            try:
+                await rt.inbox.purge(
+                    rt.engine, before=utcnow() - opts.retention, batch=opts.purge_batch
+                )
+            except SQLAlchemyError as exc:
+                rt.log(logging.WARNING, "purge", "inbox purge failed (%s)", safe_str(exc))
 
     async def sweep(self, events: Iterable[str] | None = None, *, force: bool = False) -> int:
         """One round over the streams of *events* (default: those of this process's groups);

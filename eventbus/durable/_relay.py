@@ -9,7 +9,8 @@ returns the first id.
 
 The relay is woken after a local commit (see :func:`~eventbus.durable._outbox.wake_after_commit`)
 and polls every ``poll_interval`` for rows other processes committed. Every
-``purge_interval`` it deletes published rows and inbox rows past ``retention``, in batches.
+``purge_interval`` it deletes published rows past ``retention``, in batches (the janitor
+purges the inbox, in every process that consumes).
 """
 
 from __future__ import annotations
@@ -349,7 +350,6 @@ class Relay:
             self.counters.purged += await rt.outbox.purge(
                 rt.engine, before=before, batch=opts.purge_batch
             )
-            await rt.inbox.purge(rt.engine, before=before, batch=opts.purge_batch)
         except SQLAlchemyError as exc:
             rt.log(logging.WARNING, "purge", "relay: purge failed (%s)", safe_str(exc))
 

@@ -302,6 +302,7 @@ class RedisStreams:
                     if self.relay is not None:
                         tg.start_soon(self.relay.run)
                     tg.start_soon(self._janitor.run)
+                    tg.start_soon(self._janitor.purge_inbox_loop)
                     task_status.started()
         finally:
             self._stopped.set()

@@ -10,10 +10,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
+import sqlalchemy as sa
 from redis.asyncio import Redis
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from eventbus.durable import RedisStreams
+from eventbus.durable._tables import inbox
 from tests.durable.conftest import FAST, Factory, wait_until
 from tests.durable.events import OrderPaid
 
@@ -135,3 +137,30 @@ async def test_backfill_hands_a_late_group_the_retained_outbox_rows_and_no_one_e
     [status] = await billing.status(["order.paid"])
     [grant] = [g for g in status.groups if g.name == "billing:grant"]
     assert (grant.pending, grant.lag) == (0, 0)  # billing saw nothing again
+
+
+async def test_a_service_that_only_consumes_purges_its_inbox(
+    make_streams: Factory, engine: AsyncEngine
+) -> None:
+    """Review risk 10e: only relays purged the inbox, so a consumer-only service
+    (``relay=False``) kept every inbox row for ever."""
+    publisher = make_streams(service="shop")
+    async with publisher:
+        await publish(publisher, engine, 1, 2, 3)
+        await wait_until(lambda: publisher.statistics().relay.published == 3, what="published")
+    opts = replace(FAST, relay=False, retention=timedelta(seconds=0.3), purge_interval=0.1)
+    consumer = make_streams(service="billing", options=opts)
+    done: list[int] = []
+
+    async def grant(e: OrderPaid, tx: AsyncConnection) -> None:
+        done.append(e.order_id)
+
+    consumer.subscribe(OrderPaid, grant, name="grant")
+    async with consumer:
+        await wait_until(lambda: len(done) == 3, what="the three events")
+        await wait_until(lambda: _inbox_empty(engine), what="the inbox purged")
+
+
+async def _inbox_empty(engine: AsyncEngine) -> bool:
+    async with engine.connect() as conn:
+        return (await conn.execute(sa.select(sa.func.count()).select_from(inbox))).scalar() == 0
