@@ -14,13 +14,11 @@ import contextlib
 import dataclasses
 import json
 import uuid
-import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from .._codec import encode_payload
@@ -29,13 +27,12 @@ from .._exceptions import PayloadError
 from ..backends.sql import UTCDateTime
 from ._envelope import Envelope
 from ._exceptions import NoTransactionError
+from ._wake import wake_after_commit
 
-__all__ = ["Backlog", "ClaimedRow", "Database", "Outbox", "wake_after_commit"]
+__all__ = ["Backlog", "ClaimedRow", "Database", "Outbox"]
 
 #: where a statement runs: an engine (in a transaction of its own) or an open connection
 Database = AsyncEngine | AsyncConnection
-
-_WAKE = "eventbus.durable.wake"  # key in a connection's info: wakers to call after commit
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -385,46 +382,3 @@ def _require_transaction(conn: AsyncConnection, events: Sequence[Event]) -> None
     if autocommit or not conn.in_transaction():
         why = "is in autocommit mode" if autocommit else "has no open transaction"
         raise NoTransactionError(name, why)
-
-
-# -- waking the relay after commit ---------------------------------------------------------------
-
-_hooked: weakref.WeakSet[Engine] = weakref.WeakSet()
-
-
-def wake_after_commit(conn: AsyncConnection, wake: Callable[[], None]) -> None:
-    """Call *wake* once the current transaction of *conn* has ended.
-
-    SQLAlchemy's ``commit`` hook runs *before* the database commits, when a relay woken by it
-    could still miss the row. So the wake is left on the connection and called by the next
-    thing that can only happen after the commit: the connection starting another transaction,
-    or going back to the pool (the end of ``async with engine.begin()``). Either also follows
-    a rollback, which wakes the relay for nothing: harmless.
-    """
-    sync = conn.sync_connection
-    if sync is None:
-        return
-    engine = sync.engine
-    if engine not in _hooked:
-        sa.event.listen(engine, "begin", _on_begin)
-        sa.event.listen(engine, "checkin", _on_checkin)
-        _hooked.add(engine)
-    wakers: set[Callable[[], None]] = sync.info.setdefault(_WAKE, set())
-    wakers.add(wake)
-
-
-def _on_begin(conn: sa.Connection) -> None:
-    _call(conn.info.pop(_WAKE, None))
-
-
-def _on_checkin(_dbapi_conn: object, record: Any) -> None:
-    if record is not None:
-        _call(record.info.pop(_WAKE, None))
-
-
-def _call(wakers: set[Callable[[], None]] | None) -> None:
-    for wake in wakers or ():
-        try:
-            wake()
-        except Exception:  # a relay that is gone; the poll covers the rest
-            pass

@@ -7,7 +7,7 @@ stall anywhere only delays rows: their lease expires, another relay (or this one
 them again, and the publish key the script set makes the second addition a no-op that
 returns the first id.
 
-The relay is woken after a local commit (see :func:`~eventbus.durable._outbox.wake_after_commit`)
+The relay is woken after a local commit (see :func:`~eventbus.durable._wake.wake_after_commit`)
 and polls every ``poll_interval`` for rows other processes committed. Every
 ``purge_interval`` it deletes published rows past ``retention``, in batches (the janitor
 purges the inbox, in every process that consumes).
