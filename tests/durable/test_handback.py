@@ -120,6 +120,19 @@ async def test_a_redelivered_dead_failure_keeps_its_whole_envelope(
     assert first[3:] == ("order-7", "corr-1", "cause-1", {"tenant": "acme"})
 
 
+class Fragile:
+    """A durable listener that fails until ``fixed``; what it handled then."""
+
+    def __init__(self) -> None:
+        self.fixed = False
+        self.handled: list[int] = []
+
+    async def __call__(self, e: OrderPaid) -> None:
+        if not self.fixed:
+            raise RuntimeError("down")
+        self.handled.append(e.order_id)
+
+
 async def test_a_pending_failure_whose_redelivery_was_lost_is_redriven(
     make_streams: Factory, engine: AsyncEngine, client: Redis, db_url: str, redis_url: str
 ) -> None:
@@ -128,14 +141,7 @@ async def test_a_pending_failure_whose_redelivery_was_lost_is_redriven(
     (API and ``streams redrive``) hands it back once more, and refuses while the earlier
     redelivery is still on its way."""
     store = SqlFailureStore(engine)
-    fixed = False
-    handled: list[int] = []
-
-    async def fragile(e: OrderPaid) -> None:
-        if not fixed:
-            raise RuntimeError("down")
-        handled.append(e.order_id)
-
+    fragile = Fragile()
     opts = replace(FAST, max_deliveries=1)
     streams = make_streams(options=opts)
     bus = EventBus(REG, store, durable=streams)
@@ -159,11 +165,11 @@ async def test_a_pending_failure_whose_redelivery_was_lost_is_redriven(
     command = [sys.executable, "-m", "eventbus", "streams", "redrive", rec.id[:10]]
     done = await anyio.run_process([*command, "--db", db_url, "--redis", redis_url])
     assert done.stdout.decode().startswith(f"{rec.id[:12]}  handed back to svc:fragile as entry ")
-    fixed = True
+    fragile.fixed = True
     consumer = make_streams(options=opts, failures=store)
     consumer.subscribe(OrderPaid, fragile, name="fragile")
     async with consumer:
-        await wait_until(lambda: handled == [4], what="the redriven delivery")
+        await wait_until(lambda: fragile.handled == [4], what="the redriven delivery")
         await wait_until(lambda: _status_is(store, rec.id, FailureStatus.RESOLVED), what="resolved")
     with pytest.raises(ValueError, match="not a pending durable failure"):
         await operator.redrive(rec)
@@ -180,14 +186,7 @@ async def test_the_link_to_the_group_survives_an_operator_rewriting_the_note(
     """Regression test: a row was durable only while its note began with "durable "; an
     operator's note (the console's resolve writes one) cut it from its group and stream."""
     store = SqlFailureStore(engine)
-    fixed = False
-    handled: list[int] = []
-
-    async def fragile(e: OrderPaid) -> None:
-        if not fixed:
-            raise RuntimeError("down")
-        handled.append(e.order_id)
-
+    fragile = Fragile()
     streams = make_streams(options=replace(FAST, max_deliveries=1))
     bus = EventBus(REG, store, durable=streams)
     bus.on(OrderPaid, fragile, durable=True, name="fragile")
@@ -199,8 +198,8 @@ async def test_the_link_to_the_group_survives_an_operator_rewriting_the_note(
         assert (rec.durable_group, rec.durable_deliveries, rec.durable_seq) == ("svc:fragile", 1, 1)
         assert rec.durable_stream == streams.keys.stream("order.paid") and rec.durable_entry
         await store.update(rec.replace(note="looked at it: the payment API was down"))
-        fixed = True
+        fragile.fixed = True
         report = await bus.retry_failures()
         assert [i.result for i in report.items] == ["redelivered"]
-        await wait_until(lambda: handled == [6], what="the redelivery")
+        await wait_until(lambda: fragile.handled == [6], what="the redelivery")
         await wait_until(lambda: _status_is(store, rec.id, FailureStatus.RESOLVED), what="resolved")
