@@ -44,7 +44,13 @@ def text_fields(raw: Mapping[Any, Any]) -> dict[str, str]:
     """A stream entry's fields as text (the client returns bytes). Never raises: bytes that
     are not UTF-8 are kept as lone surrogates (``surrogateescape``), which
     :meth:`Envelope.from_fields` refuses and :func:`raw_value` turns back into the bytes."""
-    return {_text(k): _text(v) for k, v in raw.items()}
+    try:  # the common case, inline: this runs for every entry read
+        return {
+            (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+            for k, v in raw.items()
+        }
+    except UnicodeDecodeError:
+        return {_text(k): _text(v) for k, v in raw.items()}
 
 
 def raw_value(text: str) -> str | bytes:
@@ -58,9 +64,13 @@ def raw_value(text: str) -> str | bytes:
 
 
 def _not_utf8(fields: Mapping[str, str]) -> str | None:
-    for key, value in fields.items():
-        if isinstance(raw_value(key), bytes) or isinstance(raw_value(value), bytes):
-            return key
+    """The first field whose name or value was not UTF-8 (see :func:`text_fields`)."""
+    try:  # one encode per entry: this runs for every delivery
+        "".join([*fields, *fields.values()]).encode()
+    except UnicodeEncodeError:
+        for key, value in fields.items():
+            if isinstance(raw_value(key), bytes) or isinstance(raw_value(value), bytes):
+                return key
     return None
 
 
