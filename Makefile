@@ -3,33 +3,60 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
-# A second venv with the runtime dependencies only (`pip install .`, no extras): an import
-# that only an extra satisfies fails there. Rebuilt when pyproject.toml changes, like STAMP.
+# Two more venvs without the dev tools: the runtime dependencies only (`pip install .`, no
+# extras), and every extra (`pip install '.[all]'`): an import that only the dev extra
+# satisfies fails there. Rebuilt when pyproject.toml changes, like STAMP.
 RUNTIME       := .venv-runtime
 RUNTIME_STAMP := $(RUNTIME)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+ALL           := .venv-all
+ALL_STAMP     := $(ALL)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# What the checks below read: they run again only when one of these changed.
+SOURCES  := $(shell find eventbus scheduler domain -type f -not -path '*/__pycache__/*')
+PACKAGED := pyproject.toml README.md LICENSE CHANGELOG.md \
+            $(shell find eventbus scheduler -type f -not -path '*/__pycache__/*')
 
-.PHONY: demo demo-durable test lint bench servers runtime-deps screenshots clean
+.PHONY: demo demo-durable test lint bench servers runtime-deps package screenshots clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench,web]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
+# Built afresh: pip never removes what an older pyproject.toml required, and a leftover
+# library would hide an import that the runtime dependencies no longer satisfy.
 $(RUNTIME_STAMP): pyproject.toml
-	test -x $(RUNTIME)/bin/python || $(PYTHON) -m venv $(RUNTIME)
+	rm -rf $(RUNTIME) && $(PYTHON) -m venv $(RUNTIME)
 	$(RUNTIME)/bin/python -m pip install --quiet --upgrade pip
 	$(RUNTIME)/bin/python -m pip install --quiet .
-	rm -f $(RUNTIME)/.installed-*
 	touch $@
 
-# Imports every module and runs each CLI's --help in that venv. From the repository root the
-# working tree's code shadows the installed copy, so the check sees today's code.
-runtime-deps: $(RUNTIME_STAMP)
-	@$(RUNTIME)/bin/python -m tests.runtime_deps > $(RUNTIME)/last-check.txt 2>&1 \
-	  || { cat $(RUNTIME)/last-check.txt; exit 1; }
-	@echo "runtime dependencies only: $$(grep -c '^ok' $(RUNTIME)/last-check.txt) checks ok, $$(grep -c '^skip' $(RUNTIME)/last-check.txt) skipped (see $(RUNTIME)/last-check.txt)"
+$(ALL_STAMP): pyproject.toml
+	rm -rf $(ALL) && $(PYTHON) -m venv $(ALL)
+	$(ALL)/bin/python -m pip install --quiet --upgrade pip
+	$(ALL)/bin/python -m pip install --quiet '.[all]'
+	touch $@
+
+# Imports every module and runs each CLI's --help in both venvs (tests/runtime_deps.py says
+# what is expected of each). From the repository root the working tree's code shadows the
+# installed copy, so the check sees today's code.
+runtime-deps: $(RUNTIME)/.checked
+$(RUNTIME)/.checked: $(RUNTIME_STAMP) $(ALL_STAMP) $(SOURCES) tests/runtime_deps.py
+	@for venv in $(RUNTIME) $(ALL); do \
+	  flag=$$([ $$venv = $(ALL) ] && echo --all); \
+	  $$venv/bin/python -m tests.runtime_deps $$flag > $$venv/last-check.txt 2>&1 \
+	    || { cat $$venv/last-check.txt; exit 1; }; \
+	  echo "runtime dependencies only ($$venv): $$(grep -c '^ok' $$venv/last-check.txt) checks ok, $$(grep -c '^skip' $$venv/last-check.txt) skipped (see $$venv/last-check.txt)"; \
+	done
+	@touch $@
+
+# Builds the sdist and the wheel (dist/), checks them, and installs the wheel into both venvs
+# to run the README's quickstart and import what it ships (tests/packaging.py).
+package: dist/.checked
+dist/.checked: $(STAMP) $(RUNTIME_STAMP) $(ALL_STAMP) $(PACKAGED) tests/packaging.py tests/runtime_deps.py
+	@$(BIN)/python -m tests.packaging --no-extras $(RUNTIME) --all $(ALL)
+	@touch $@
 
 # Throwaway redis-server and PostgreSQL servers are started by the test session itself
 # (tests/conftest.py, on free loopback ports), and the console's browser tests drive Debian's
@@ -62,7 +89,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check eventbus scheduler domain tests benchmarks
 	$(BIN)/mypy
 
-test: $(STAMP) servers lint runtime-deps
+test: $(STAMP) servers lint runtime-deps package
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # The README's screenshots of the console (docs/console-*.png), taken by its browser tests.
@@ -73,4 +100,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) $(RUNTIME) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(RUNTIME) $(ALL) dist .mypy_cache .ruff_cache .pytest_cache .hypothesis

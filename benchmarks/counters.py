@@ -30,9 +30,7 @@ import json
 import os
 import platform
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,9 +47,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from domain.abc import CounterStore
 from domain.backends.memory import MemoryCounterStore
-from domain.backends.redis import RedisCounterStore, connect
+from domain.backends.redis import RedisCounterStore
 from domain.db import articles, create_tables
 from domain.views import ArticleViews
+from eventbus.backends.redis import make_redis_client
+from tests.redis_server import RedisServer  # the test suite's throwaway server
 
 REPEATS = 7  # samples of ~30 ms each: fewer swing by 1.5x between runs
 QUICK_REPEATS = 1
@@ -78,41 +78,6 @@ class Case:
     run: Sample
     n: int
     counted: Count
-
-
-# -- a throwaway redis-server (the logic of tests/redis_server.py, kept small) ---------------------
-
-
-class Server:
-    def __init__(self) -> None:
-        self.dir = tempfile.mkdtemp(prefix="bench-redis-")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        binary = shutil.which("redis-server")
-        assert binary is not None
-        self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self.dir],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.02)
-        raise RuntimeError("redis-server did not start")
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(5)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 # -- ingestion workloads ------------------------------------------------------------------------
@@ -314,8 +279,14 @@ async def main_async(quick: bool) -> dict[str, Any]:
         await conn.execute(
             insert(articles), [{"id": i, "title": "t"} for i in range(FLUSH_IDS + 1)]
         )
-    server = Server() if shutil.which("redis-server") else None
-    client = None if server is None else connect(server.url, socket_timeout=10)
+    server = RedisServer() if shutil.which("redis-server") else None
+    if server is not None:
+        server.start()
+    client = (
+        None
+        if server is None
+        else make_redis_client(server.url, decode_responses=True, socket_timeout=10)
+    )
     na = "redis-server not installed"
     try:
         cases = build_cases(client, engine, MemoryCounterStore(), n_fast, n_pipe, n_slow)
@@ -340,7 +311,7 @@ async def main_async(quick: bool) -> dict[str, Any]:
         if client is not None:
             await client.aclose()
         if server is not None:
-            server.close()
+            server.cleanup()
         await engine.dispose()
         shutil.rmtree(tmp, ignore_errors=True)
     print(render(f"ingestion: views/s in one process ({repeats} rounds)", "views/s", ingest))

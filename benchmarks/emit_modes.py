@@ -53,7 +53,7 @@ class Ping(Event, name="bench.ping", registry=registry):
 EVENT = Ping(n=1)
 
 
-def _bus(listeners: list[Callable[[Ping], object]], **options: int) -> EventBus:
+def _bus(listeners: list[Callable[[Ping], object]], **options: int | bool) -> EventBus:
     bus = EventBus(registry=registry, **options)  # type: ignore[arg-type]
     for i, fn in enumerate(listeners):
         bus.on(Ping, fn, name=f"listener{i}")
@@ -67,12 +67,14 @@ Case = tuple[SyncLoop, str | None, Work, float | None]  # loop, baseline, work, 
 
 
 def sync_cases() -> dict[str, Case]:
-    """``emit`` with 1 and 10 sync listeners, against calling them directly."""
+    """``emit`` with 1 and 10 sync listeners, against calling them directly; and with 10
+    listeners on a bus that counts their calls (``count_calls=True``)."""
     [one], ones = counted(1)
     ten_list, tens = counted(10)
     ten = tuple(ten_list)
     bus1 = _bus([one])
     bus10 = _bus(list(ten))
+    bus10_counting = _bus(list(ten), count_calls=True)
     table: dict[type, Callable[[object], None]] = {Ping: one}
 
     def direct_1(n: int) -> None:
@@ -107,6 +109,14 @@ def sync_cases() -> dict[str, Case]:
         for _ in range(n):
             bus.emit(ev)
 
+    def emit_10_counting(n: int) -> None:
+        bus, ev = bus10_counting, EVENT
+        for _ in range(n):
+            bus.emit(ev)
+
+    def counted_calls() -> int:
+        return sum(s.calls for s in bus10_counting.listener_statistics())
+
     one_call, ten_calls = Work(ones, 1), Work(tens, 10)
     base_1, base_10 = "direct call, 1 sync listener", "direct loop, 10 sync listeners"
     return {
@@ -115,6 +125,12 @@ def sync_cases() -> dict[str, Case]:
         "emit, 1 sync listener": (emit_1, base_1, one_call, 2.5),
         base_10: (direct_10, None, ten_calls, None),
         "emit, 10 sync listeners": (emit_10, base_10, ten_calls, 1.05),
+        "emit, 10 sync listeners, calls counted": (
+            emit_10_counting,
+            base_10,
+            Work(counted_calls, 10),
+            None,
+        ),
     }
 
 

@@ -9,15 +9,16 @@
 
 Public modules: ``abc``, ``backends.*``, ``db``, ``events``, ``exceptions``; the names below.
 
-The names are imported on first access (a module ``__getattr__``, PEP 562), as ``scheduler``
-does with its backends: ``import domain.events`` loads the catalog and the bus, not SQLAlchemy,
-the scheduler and every service.
+The names are imported on first access (:func:`eventbus.lazy.lazy_exports`, PEP 562), as
+``scheduler`` does with its backends: ``import domain.events`` loads the catalog and the bus,
+not SQLAlchemy, the scheduler and every service.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from eventbus.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._shortlink_rules import new_code as new_code
@@ -96,53 +97,42 @@ __all__ = [
 
 #: The module of each name in ``__all__``, imported on first access.
 _LAZY = {
-    "AdminTokenError": "exceptions",
-    "AliasTakenError": "exceptions",
-    "App": "app",
-    "ArticleNotFoundError": "exceptions",
-    "ArticlePublished": "events",
-    "ArticleViewed": "events",
-    "ArticleViews": "views",
-    "CodeSpaceExhaustedError": "exceptions",
-    "Counter": "counters",
-    "CounterStatistics": "counters",
-    "CountsLost": "events",
-    "DomainError": "exceptions",
-    "ExampleListeners": "listeners",
-    "FlushReport": "counters",
-    "InvalidAliasError": "exceptions",
-    "InvalidUrlError": "exceptions",
-    "MailDeliveryError": "exceptions",
-    "MemoryCounterStore": "backends.memory",
-    "OrderPaid": "events",
-    "PUBLISH_CRON": "publishing",
-    "Publisher": "publishing",
-    "ReservedAliasError": "exceptions",
-    "Resolution": "shortlinks",
-    "ScheduleTimeError": "exceptions",
-    "Schedules": "app",
-    "ShortLink": "shortlinks",
-    "ShortLinks": "shortlinks",
-    "ShortlinkCreated": "events",
-    "ShortlinkVisited": "events",
-    "UserRegistered": "events",
-    "catalog": "events",
-    "create_tables": "db",
-    "new_code": "_shortlink_rules",
-    "validate_alias": "_shortlink_rules",
-    "validate_url": "_shortlink_rules",
+    "AdminTokenError": ".exceptions",
+    "AliasTakenError": ".exceptions",
+    "App": ".app",
+    "ArticleNotFoundError": ".exceptions",
+    "ArticlePublished": ".events",
+    "ArticleViewed": ".events",
+    "ArticleViews": ".views",
+    "CodeSpaceExhaustedError": ".exceptions",
+    "Counter": ".counters",
+    "CounterStatistics": ".counters",
+    "CountsLost": ".events",
+    "DomainError": ".exceptions",
+    "ExampleListeners": ".listeners",
+    "FlushReport": ".counters",
+    "InvalidAliasError": ".exceptions",
+    "InvalidUrlError": ".exceptions",
+    "MailDeliveryError": ".exceptions",
+    "MemoryCounterStore": ".backends.memory",
+    "OrderPaid": ".events",
+    "PUBLISH_CRON": ".publishing",
+    "Publisher": ".publishing",
+    "ReservedAliasError": ".exceptions",
+    "Resolution": ".shortlinks",
+    "ScheduleTimeError": ".exceptions",
+    "Schedules": ".app",
+    "ShortLink": ".shortlinks",
+    "ShortLinks": ".shortlinks",
+    "ShortlinkCreated": ".events",
+    "ShortlinkVisited": ".events",
+    "UserRegistered": ".events",
+    "catalog": ".events",
+    "create_tables": ".db",
+    "new_code": "._shortlink_rules",
+    "validate_alias": "._shortlink_rules",
+    "validate_url": "._shortlink_rules",
 }
 
 if not TYPE_CHECKING:  # mypy sees the imports above; a __getattr__ would hide typos from it
-
-    def __getattr__(name: str) -> Any:
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-        globals()[name] = value  # later lookups skip __getattr__
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import exc as sa_exc
 
 from eventbus.backends.sql import database_url, make_engine, redact_url
+from eventbus.cli import describe_error
 
 from .exceptions import AdminTokenError
 
@@ -46,14 +47,6 @@ _UNUSABLE_DB = (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, sa_exc.InvalidRe
 
 class InputError(Exception):
     """Bad input found after argparse: one line, exit code 2."""
-
-
-def one_line(exc: BaseException) -> str:
-    """``Type: first line`` of an error; for SQLAlchemy's wrappers, the driver's own error."""
-    orig = getattr(exc, "orig", None)
-    error = orig if isinstance(orig, BaseException) else exc
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 def check_redis_url(url: str) -> None:
@@ -96,7 +89,7 @@ def check_database(db: str | Path) -> None:
 async def check_reachable(db: str | Path, redis_url: str | None) -> None:
     """Open the database and ping Redis, so that a bad ``--db`` or ``--redis`` fails in one
     line before a server starts (an error in an ASGI lifespan is printed as a traceback)."""
-    from .backends.redis import connect
+    from eventbus.backends.redis import make_redis_client
 
     engine = make_engine(db)
     try:
@@ -105,7 +98,7 @@ async def check_reachable(db: str | Path, redis_url: str | None) -> None:
     finally:
         await engine.dispose()
     if redis_url is not None:
-        client = connect(redis_url)
+        client = make_redis_client(redis_url)
         try:
             await client.ping()
         finally:
@@ -139,12 +132,12 @@ def run_cli(body: Callable[[], int], *, db: str | Path | None, redis_url: str | 
         return _fail(str(exc), EXIT_USAGE)
     except RedisError as exc:
         where = "Redis" if redis_url is None else f"Redis at {redact_url(redis_url)}"
-        return _fail(f"{where} failed: {one_line(exc)}", EXIT_FAILED)
+        return _fail(f"{where} failed: {describe_error(exc)}", EXIT_FAILED)
     except _UNUSABLE_DB as exc:
-        return _fail(f"--db {_masked_db(db)!r} cannot be used: {one_line(exc)}", EXIT_USAGE)
+        return _fail(f"--db {_masked_db(db)!r} cannot be used: {describe_error(exc)}", EXIT_USAGE)
     except (sa_exc.SQLAlchemyError, OSError) as exc:
         name = "" if db is None else f" {_shown_db(db)}"
-        return _fail(f"the database{name} failed: {one_line(exc)}", EXIT_FAILED)
+        return _fail(f"the database{name} failed: {describe_error(exc)}", EXIT_FAILED)
     except KeyboardInterrupt:  # before the demo's own handler is in place: quietly
         return 128 + 2
 

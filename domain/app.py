@@ -185,7 +185,7 @@ class App:
         writer waits up to 5 s for another's lock). The failure table (``SqlFailureStore``) and
         the run table (``SqlRunStore``) live in the same database. Owns (and closes) the engine
         and the Redis clients it builds. With Redis, it warns once at start when the server can
-        lose data (see :func:`~domain.backends.redis.check_redis_durability`).
+        lose counts or locks (see :func:`eventbus.backends.redis.check_redis_server`).
 
         :raises ValueError: if *db* names no usable database (see ``make_engine``)
         """
@@ -195,20 +195,30 @@ class App:
             counters: CounterStore = MemoryCounterStore()
             lock: Lock = LocalLock()
             if redis_url is not None:
-                from scheduler.backends.redis import RedisLock, make_redis_client
+                from eventbus.backends.redis import check_redis_server, make_redis_client
+                from scheduler.backends.redis import RedisLock
 
-                from .backends.redis import RedisCounterStore, check_redis_durability, connect
+                from .backends.redis import RedisCounterStore
 
-                # two clients, each configured for its job; neither resends a command whose
-                # reply was lost (a resent batch could count twice, a resent SET NX could find
-                # its own lock taken): RedisLock resends only what is safe, and settles the rest
-                counter_client = connect(redis_url)
+                # two clients, each configured for its job (the counters parse text replies,
+                # the lock compares bytes); neither resends a command whose reply was lost (a
+                # resent batch could count twice, a resent SET NX could find its own lock
+                # taken): RedisLock resends only what is safe, and settles the rest
+                counter_client = make_redis_client(redis_url, decode_responses=True)
                 stack.push_async_callback(counter_client.aclose)
-                await check_redis_durability(counter_client)  # and fail early if unreachable
+                # one warning for both (and fail early if unreachable); the lock skips its own
+                await check_redis_server(
+                    counter_client,
+                    purpose="pending counts and locks",
+                    on_unsafe="warn",
+                    snapshots_suffice=True,
+                    after_loss=_AFTER_LOSS,
+                    log=logger,
+                )
                 lock_client = make_redis_client(redis_url)
                 stack.push_async_callback(lock_client.aclose)
                 counters = RedisCounterStore(counter_client)
-                lock = RedisLock(lock_client, prefix="domain-demo")
+                lock = RedisLock(lock_client, prefix="domain-demo", check_server=False)
             app = cls(
                 engine,
                 counters=counters,
@@ -220,5 +230,11 @@ class App:
             async with app:
                 yield app
 
+
+#: What the start-up warning about the Redis server adds (see ``check_redis_server``).
+_AFTER_LOSS = (
+    "The counters report a loss at ERROR and as a counts.lost event; a lock lost early lets "
+    "another replica start the same job (its run gets the next fencing token)"
+)
 
 shown_as_domain(App, Schedules)

@@ -27,17 +27,16 @@ token is stripped of surrounding whitespace and must keep at least 16 characters
 (:class:`~domain.AdminTokenError` otherwise). Ids beyond the signed 64-bit range are refused
 (404 for an article, 400 for an order) before they reach SQL.
 Errors are JSON: ``{"error": <code>, "detail": <message>}``, the router's own 404 and 405
-included; a body over 16 KiB is a 413.
+included; a body over 16 KiB is a 413 (:mod:`domain._web_http`). The admin routes live in
+:mod:`domain._web_admin`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import os
-import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -52,9 +51,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from eventbus import FailureRecord, FailureStatus
-from scheduler import JobLookupError, RunRecord
-
+from ._web_admin import admin_routes
+from ._web_http import BadRequest, Handler, error, http_error, json_object, running_app
 from .app import App
 from .db import articles
 from .events import ArticleViewed, OrderPaid
@@ -72,12 +70,9 @@ __all__ = ["WebConfig", "create_app", "main"]
 
 logger = logging.getLogger("domain.web")
 
-MAX_BODY = 16 * 1024
-MAX_FAILURES = 500
 MAX_ID = 2**63 - 1  # SQL BIGINT; a larger id raises OverflowError in the driver
 MIN_ADMIN_TOKEN = 16
 CENT = Decimal("0.01")
-Handler = Callable[[Request], Awaitable[Response]]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,11 +172,7 @@ def create_app(config: WebConfig | None = None) -> Starlette:
     ]
     if cfg.admin_enabled:
         assert cfg.admin_token is not None
-        token = cfg.admin_token
-        routes += [
-            Route("/admin/failures", _admin(token, list_failures), methods=["GET"]),
-            Route("/admin/tasks/{name}/run", _admin(token, run_task), methods=["POST"]),
-        ]
+        routes += admin_routes(cfg.admin_token)
     if cfg.console_token is not None:
         from .console import ConsoleMount
 
@@ -191,7 +182,7 @@ def create_app(config: WebConfig | None = None) -> Starlette:
         routes.append(Mount("/ops", console))
     routes.append(Route("/{code}", follow_link, methods=["GET"]))
     web = Starlette(
-        routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error}
+        routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error}
     )
     web.state.config = cfg
     return web
@@ -209,91 +200,13 @@ def _with(cfg: WebConfig, handler: Callable[[Request, WebConfig], Awaitable[Resp
     return endpoint
 
 
-def _admin(token: str, handler: Handler) -> Handler:
-    """Require ``Authorization: Bearer <token>``, compared in constant time."""
-    expected = token.encode()
-
-    async def endpoint(request: Request) -> Response:
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(given.encode(), expected):
-            return _error(
-                401,
-                "unauthorized",
-                "send 'Authorization: Bearer <admin token>'",
-                headers={"WWW-Authenticate": 'Bearer realm="admin"'},
-            )
-        return await handler(request)
-
-    endpoint.__name__ = handler.__name__
-    return endpoint
-
-
-def _error(
-    status: int, code: str, detail: str, *, headers: Mapping[str, str] | None = None
-) -> JSONResponse:
-    return JSONResponse({"error": code, "detail": detail}, status_code=status, headers=headers)
-
-
-def _domain(request: Request) -> App:
-    app: App = request.app.state.domain
-    return app
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    """The router's 404 and 405 (and any other ``HTTPException``) as JSON errors too."""
-    assert isinstance(exc, HTTPException)
-    method, path = request.method, request.url.path
-    if exc.status_code == 404:
-        return _error(404, "not_found", f"no route for {method} {path}")
-    if exc.status_code == 405:
-        allow = (exc.headers or {}).get("Allow", "")
-        allowed = sorted(m for m in allow.split(", ") if m and m != "HEAD")
-        detail = f"{method} is not allowed on {path}; use {' or '.join(allowed)}"
-        return _error(405, "method_not_allowed", detail, headers=exc.headers)
-    return _error(exc.status_code, "http_error", exc.detail, headers=exc.headers)
-
-
-class _BadRequest(Exception):
-    """A request the client must change: a 400 unless *status* says otherwise."""
-
-    def __init__(self, detail: str, *, status: int = 400, code: str = "bad_request") -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.status = status
-        self.code = code
-
-    def response(self) -> JSONResponse:
-        return _error(self.status, self.code, self.detail)
-
-
-async def _json_object(request: Request) -> dict[str, Any]:
-    chunks, size = [], 0
-    async for chunk in request.stream():  # stop reading at the limit, not after the whole body
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise _BadRequest(
-                f"the body is over {MAX_BODY} bytes; send a smaller JSON object",
-                status=413,
-                code="payload_too_large",
-            )
-        chunks.append(chunk)
-    body = b"".join(chunks)
-    try:
-        data = json.loads(body or b"null")
-    except ValueError as exc:
-        raise _BadRequest(f"the body is not JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise _BadRequest("the body must be a JSON object")
-    return data
-
-
 # -- public routes -------------------------------------------------------------------------------
 
 
 async def healthz(request: Request) -> Response:
     app: App | None = getattr(request.app.state, "domain", None)
     if app is None or not app.bus.running:
-        return _error(503, "not_running", "the application is starting or stopping")
+        return error(503, "not_running", "the application is starting or stopping")
     clicks = app.links.clicks
     return JSONResponse(
         {
@@ -310,34 +223,34 @@ async def healthz(request: Request) -> Response:
 
 async def create_link(request: Request, cfg: WebConfig) -> Response:
     try:
-        body = await _json_object(request)
+        body = await json_object(request)
         url, alias, expires_in = body.get("url"), body.get("alias"), body.get("expires_in")
         if not isinstance(url, str):
-            raise _BadRequest("'url' is required and must be a string")
+            raise BadRequest("'url' is required and must be a string")
         if alias is not None and not isinstance(alias, str):
-            raise _BadRequest("'alias' must be a string when given")
+            raise BadRequest("'alias' must be a string when given")
         expires_at = None
         if expires_in is not None:
             if isinstance(expires_in, bool) or not isinstance(expires_in, int | float):
-                raise _BadRequest("'expires_in' must be a number of seconds")
+                raise BadRequest("'expires_in' must be a number of seconds")
             if not 0 < expires_in <= 10 * 365 * 86400:
-                raise _BadRequest("'expires_in' must be between 1 second and 10 years")
+                raise BadRequest("'expires_in' must be between 1 second and 10 years")
             expires_at = datetime.now(UTC) + timedelta(seconds=expires_in)
-    except _BadRequest as exc:
+    except BadRequest as exc:
         return exc.response()
     try:
-        link = await _domain(request).links.create(url, alias=alias, expires_at=expires_at)
+        link = await running_app(request).links.create(url, alias=alias, expires_at=expires_at)
     except InvalidUrlError as exc:
-        return _error(400, "invalid_url", str(exc))
+        return error(400, "invalid_url", str(exc))
     except ReservedAliasError as exc:
-        return _error(400, "reserved_alias", str(exc))
+        return error(400, "reserved_alias", str(exc))
     except InvalidAliasError as exc:
-        return _error(400, "invalid_alias", str(exc))
+        return error(400, "invalid_alias", str(exc))
     except AliasTakenError as exc:
-        return _error(409, "alias_taken", str(exc))
+        return error(409, "alias_taken", str(exc))
     except CodeSpaceExhaustedError as exc:
         logger.error("%s", exc)
-        return _error(503, "no_code_available", "no short code is available; retry shortly")
+        return error(503, "no_code_available", "no short code is available; retry shortly")
     base = cfg.public_url or str(request.base_url)
     short_url = f"{base.rstrip('/')}/{link.code}"
     return JSONResponse(
@@ -354,9 +267,9 @@ async def create_link(request: Request, cfg: WebConfig) -> Response:
 
 
 async def follow_link(request: Request) -> Response:
-    found = await _domain(request).links.resolve(request.path_params["code"])
+    found = await running_app(request).links.resolve(request.path_params["code"])
     if found.url is None:
-        return _error(404, "not_found", f"no short link {found.code!r} ({found.reason})")
+        return error(404, "not_found", f"no short link {found.code!r} ({found.reason})")
     # 302, never 301: a cached redirect would not be counted and could outlive its expiry.
     return RedirectResponse(found.url, status_code=302, headers={"Cache-Control": "no-store"})
 
@@ -374,14 +287,14 @@ def _viewer_key(request: Request, cfg: WebConfig) -> str:
 
 
 async def view_article(request: Request, cfg: WebConfig) -> Response:
-    app = _domain(request)
+    app = running_app(request)
     article_id: int = request.path_params["article_id"]
     if article_id > MAX_ID:
-        return _error(404, "not_found", f"no article with id {article_id}")
+        return error(404, "not_found", f"no article with id {article_id}")
     async with app.engine.connect() as conn:
         row = (await conn.execute(select(articles).where(articles.c.id == article_id))).first()
     if row is None:
-        return _error(404, "not_found", f"no article with id {article_id}")
+        return error(404, "not_found", f"no article with id {article_id}")
     app.bus.emit(ArticleViewed(article_id=article_id, viewer_key=_viewer_key(request, cfg)))
     return JSONResponse(
         {
@@ -398,19 +311,19 @@ async def pay_order(request: Request) -> Response:
     order_id: int = request.path_params["order_id"]
     try:
         if order_id > MAX_ID:
-            raise _BadRequest(f"order id {order_id} is out of range; ids are below 2**63")
-        body = await _json_object(request)
+            raise BadRequest(f"order id {order_id} is out of range; ids are below 2**63")
+        body = await json_object(request)
         user_id, amount = body.get("user_id"), body.get("amount")
         if isinstance(user_id, bool) or not isinstance(user_id, int):
-            raise _BadRequest("'user_id' is required and must be an integer")
+            raise BadRequest("'user_id' is required and must be an integer")
         if not -MAX_ID - 1 <= user_id <= MAX_ID:
-            raise _BadRequest(f"'user_id' {user_id} is out of the signed 64-bit range")
+            raise BadRequest(f"'user_id' {user_id} is out of the signed 64-bit range")
         value = _amount(amount)
-    except _BadRequest as exc:
+    except BadRequest as exc:
         return exc.response()
     # emit() runs sync listeners now and queues async ones; a failing listener is captured
     # and recorded, never turned into an error for the payer.
-    _domain(request).bus.emit(OrderPaid(order_id=order_id, user_id=user_id, amount=value))
+    running_app(request).bus.emit(OrderPaid(order_id=order_id, user_id=user_id, amount=value))
     return JSONResponse({"order_id": order_id, "event": "order.paid"}, status_code=202)
 
 
@@ -422,23 +335,23 @@ def _amount(amount: object) -> Decimal:
     """
     forms = 'a decimal string such as "19.90", or an integer'
     if amount is None:
-        raise _BadRequest(f"'amount' is required: {forms}")
+        raise BadRequest(f"'amount' is required: {forms}")
     if isinstance(amount, float):
-        raise _BadRequest(
+        raise BadRequest(
             f"'amount' {amount!r} is a JSON number with a fraction, which is not exact; "
             f"send {forms}"
         )
     if isinstance(amount, bool) or not isinstance(amount, str | int):
-        raise _BadRequest(f"'amount' must be {forms}, not {_json_type(amount)}")
+        raise BadRequest(f"'amount' must be {forms}, not {_json_type(amount)}")
     try:
         value = Decimal(amount)
     except InvalidOperation:
-        raise _BadRequest(f"'amount' {amount!r} is not a decimal number") from None
+        raise BadRequest(f"'amount' {amount!r} is not a decimal number") from None
     if not (value.is_finite() and 0 < value < MAX_AMOUNT):
-        raise _BadRequest(f"'amount' {amount!r} must be positive and below {MAX_AMOUNT:,}")
+        raise BadRequest(f"'amount' {amount!r} must be positive and below {MAX_AMOUNT:,}")
     cents = value.quantize(CENT)
     if cents != value:
-        raise _BadRequest(f"'amount' {amount!r} has more than 2 decimal places")
+        raise BadRequest(f"'amount' {amount!r} has more than 2 decimal places")
     return cents
 
 
@@ -446,69 +359,6 @@ def _json_type(value: object) -> str:
     """The JSON name of a decoded value's type, with its article, for error messages."""
     names: dict[type, str] = {dict: "an object", list: "a list"}
     return names.get(type(value), f"a {type(value).__name__}")
-
-
-# -- admin routes --------------------------------------------------------------------------------
-
-
-async def list_failures(request: Request) -> Response:
-    params = request.query_params
-    statuses = [s.value for s in FailureStatus]
-    status, limit = params.get("status"), params.get("limit", "50")
-    if status is not None and status not in statuses:
-        shown = ", ".join(map(repr, statuses))
-        return _error(400, "bad_request", f"'status' must be one of {shown}, not {status!r}")
-    digits = limit.isascii() and limit.isdigit() and len(limit) < 5  # int() of 5k digits raises
-    if not (digits and 1 <= int(limit) <= MAX_FAILURES):
-        detail = f"'limit' must be an integer from 1 to {MAX_FAILURES}, not {limit!r}"
-        return _error(400, "bad_request", detail)
-    store = _domain(request).bus.failures
-    await store.flush()  # what the bus recorded so far is listed
-    records = await store.query(
-        status=None if status is None else FailureStatus(status),
-        event=params.get("event"),
-        listener=params.get("listener"),
-        limit=int(limit),
-    )
-    return JSONResponse({"failures": [_failure_json(r) for r in records]})
-
-
-def _failure_json(r: FailureRecord) -> dict[str, Any]:
-    return {
-        "id": r.id,
-        "event_id": r.event_id,
-        "event_name": r.event_name,
-        "listener": r.listener,
-        "error_type": r.error_type,
-        "message": r.message,
-        "attempts": r.attempts,
-        "status": str(r.status),
-        "payload": r.payload,
-        "first_failed_at": r.first_failed_at.isoformat(),
-        "last_failed_at": r.last_failed_at.isoformat(),
-    }
-
-
-async def run_task(request: Request) -> Response:
-    name = request.path_params["name"]
-    try:
-        run = await _domain(request).scheduler.trigger(name)
-    except JobLookupError as exc:
-        return _error(404, "unknown_task", str(exc))
-    return JSONResponse(_run_json(run))
-
-
-def _run_json(run: RunRecord) -> dict[str, Any]:
-    return {
-        "id": run.id,
-        "task_name": run.task_name,
-        "trigger": run.trigger,
-        "status": run.status,
-        "started_at": run.started_at.isoformat(),
-        "finished_at": None if run.finished_at is None else run.finished_at.isoformat(),
-        "error": run.error,
-        "trace_id": run.trace_id,
-    }
 
 
 # -- serving -------------------------------------------------------------------------------------

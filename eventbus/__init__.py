@@ -21,10 +21,13 @@ publisher gets a :class:`ListenerErrors` group. Background listeners (async ones
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ._bus import BusStatistics as BusStatistics
 from ._bus import EventBus as EventBus
 from ._codec import decode_payload as decode_payload
 from ._codec import encode_payload as encode_payload
+from ._counting import ListenerStatistics as ListenerStatistics
 from ._emission import Emission as Emission
 from ._emission import current_emission as current_emission
 from ._events import Event as Event
@@ -79,6 +82,7 @@ __all__ = [
     "ListenerErrors",
     "ListenerLookupError",
     "ListenerShutdownError",
+    "ListenerStatistics",
     "ListenerTimeoutError",
     "MaxListenersExceededWarning",
     "MemoryFailureStore",
@@ -96,6 +100,19 @@ __all__ = [
     "encode_payload",
     "matches",
 ]
+
+if TYPE_CHECKING:
+    __version__: str  # the distribution's, read on first access
+else:
+
+    def __getattr__(name: str) -> Any:
+        if name != "__version__":
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from ._version import version
+
+        globals()[name] = found = version()  # later lookups skip __getattr__
+        return found
+
 
 for _name in __all__:
     _obj = globals()[_name]

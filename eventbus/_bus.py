@@ -7,59 +7,45 @@ The bus owns parts that each keep their own state and know nothing of the bus:
 * :class:`~eventbus._sink.FailureSink`: records, rate-limited log lines, the ``on_failure`` hook;
 * :class:`~eventbus._pool.WorkerPool`: the bounded queue of async calls, its workers, the drain;
 * :class:`~eventbus._nesting.Nesting`: how deep emits are nested (``max_depth``);
-* :func:`~eventbus._emit_async.run_plan`: what ``emit_async()`` runs.
+* :func:`~eventbus._emit_async.run_plan`: what ``emit_async()`` runs;
+* :class:`~eventbus._counting.CallCounts`: per-listener call counts, when they are on.
+
+Methods that are not the hot path are bound from the modules of their concept (the class
+body lists them): the subscription front-end (:mod:`~eventbus._subscribing`), ``publish``
+(:mod:`~eventbus._durable_front`), ``emit_async`` (:mod:`~eventbus._emit_async`),
+``retry_failures`` (:mod:`~eventbus._retry`), instrumentation (:mod:`~eventbus._observe`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, Self
 
-import anyio
-from anyio.abc import TaskGroup
-
-from ._calls import checkpoint
+from . import _durable_front, _emit_async, _lifecycle, _retry, _subscribing
+from . import _observe as _observe_mod
 from ._compiler import DispatchCache, Runtime
+from ._counting import ListenerStatistics
 from ._emission import register_emit_frame
-from ._emit_async import new_emission, run_plan
 from ._events import Event, EventRegistry, coerce_event, default_registry
-from ._exceptions import DurableError, RecursionLimitError
+from ._exceptions import RecursionLimitError
 from ._failures import FailureRecord
 from ._lifecycle import TaskGroupHost
-from ._listeners import (
-    E,
-    ErrorPolicy,
-    Listener,
-    ListenerOptions,
-    OnceOptions,
-    Outcome,
-    R,
-    TypedDecorator,
-)
+from ._listeners import ErrorPolicy, Outcome
 from ._nesting import RUNNING, Nesting
-from ._observe import Observer
 from ._pool import WorkerPool
 from ._sink import FailureSink
-from ._subscription import Subscription
 from ._table import ListenerTable, check_max_listeners, check_policy
-from ._threads import LoopThread, get_ident
-from ._wait import wait_for
+from ._threads import LoopThread
 from .backends.memory import MemoryFailureStore
 
 if TYPE_CHECKING:
-    from ._retry import RetryReport
     from .abc import DurableTransport, FailureStore
 
 __all__ = ["BusStatistics", "EventBus"]
-
-#: The keyword options of on(), which subscribed() takes too.
-ON_OPTIONS = ListenerOptions.__required_keys__ | ListenerOptions.__optional_keys__
-
-#: a durable listener as given (it may take ``tx``), returned unchanged by ``on()``
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -96,6 +82,8 @@ class EventBus:
         :class:`eventbus.durable.RedisStreams`): enables :meth:`publish` and
         ``on(..., durable=True)``; it runs in the bus's task group, its dead deliveries go to
         the bus's failure store, and it emits its lifecycle events on the bus
+    :param count_calls: count each listener's calls and failures per event, for
+        :meth:`listener_statistics` (default off: a bus that does not count pays nothing)
     :raises TypeError: if *on_failure* is async (the bus would never await it)
     """
 
@@ -130,6 +118,7 @@ class EventBus:
         on_failure: Callable[[FailureRecord], None] | None = None,
         max_listeners: int = 100,
         durable: DurableTransport | None = None,
+        count_calls: bool = False,
     ) -> None:
         if queue_size < 0 or workers < 1 or max_depth < 1 or shutdown_grace < 0:
             raise ValueError(
@@ -153,10 +142,13 @@ class EventBus:
         self._dispatch = self._compiled.entries
         self._host = TaskGroupHost()
         self._loop = LoopThread()
-        self._thread: int | None = None  # the running loop's thread: _loop.ident, for emit()
+        #: while the bus runs, a thread-local whose ``__dict__`` is non-empty in the loop's
+        #: thread only: emit()'s thread check (see eventbus._threads.thread_mark)
+        self._thread: threading.local | None = None
+        self.count_calls = count_calls
         self._durable = durable
         if durable is not None:
-            self._bind_durable(durable)
+            _durable_front.bind(self, durable)
 
     # -- settings -----------------------------------------------------------------------------
 
@@ -220,7 +212,7 @@ class EventBus:
     def failures(self, store: FailureStore) -> None:
         self._sink.store = store
         if self._durable is not None:
-            self._bind_durable(self._durable)
+            _durable_front.bind(self, self._durable)
 
     @property
     def retry_backoff(self) -> float:
@@ -232,13 +224,20 @@ class EventBus:
         self._pool.backoff = seconds
 
     @property
+    def count_calls(self) -> bool:
+        """Whether each listener's calls are counted (:meth:`listener_statistics`); changing
+        it recompiles the dispatch functions, and the counts so far are kept."""
+        return self._compiled.counting
+
+    @count_calls.setter
+    def count_calls(self, on: bool) -> None:
+        if on is not True and on is not False:
+            raise TypeError(f"count_calls={on!r} must be True or False")
+        self._compiled.counting = on
+
+    @property
     def running(self) -> bool:
         return self._pool.accepting
-
-    def _bind_durable(self, durable: DurableTransport) -> None:
-        durable.bind(
-            registry=self.registry, failures=self.failures, record=self._sink.add, notify=self.emit
-        )
 
     @property
     def durable(self) -> DurableTransport | None:
@@ -252,186 +251,15 @@ class EventBus:
             f"failures={self.failures!r})"
         )
 
-    # -- subscriptions ------------------------------------------------------------------------
+    # -- subscriptions (the typed front-end: eventbus._subscribing) ---------------------------
 
-    @overload
-    def on(
-        self, event: type[E], /, *, durable: Literal[True], name: str | None = ...
-    ) -> Callable[[F], F]: ...
-    @overload
-    def on(
-        self, event: type[E], listener: F, /, *, durable: Literal[True], name: str | None = ...
-    ) -> F: ...
-    @overload
-    def on(self, event: type[E], /, **options: Unpack[ListenerOptions]) -> TypedDecorator[E]: ...
-    @overload
-    def on(self, event: str, /, **options: Unpack[ListenerOptions]) -> TypedDecorator[Event]: ...
-    @overload
-    def on(
-        self, event: type[E], listener: Callable[[E], R], /, **options: Unpack[ListenerOptions]
-    ) -> Callable[[E], R]: ...
-    @overload
-    def on(
-        self, event: str, listener: Callable[[Event], R], /, **options: Unpack[ListenerOptions]
-    ) -> Callable[[Event], R]: ...
-
-    def on(
-        self,
-        event: type[Event] | str,
-        listener: Callable[[Any], Any] | None = None,
-        /,
-        *,
-        name: str | None = None,
-        once: bool = False,
-        timeout: float | None = None,
-        retries: int = 0,
-        errors: ErrorPolicy | None = None,
-        priority: int = 0,
-        times: int | None = None,
-        durable: bool = False,
-    ) -> Any:
-        """Subscribe a listener to an event type, an event name or a wildcard pattern.
-
-        Use as ``@bus.on(OrderPaid)`` or ``bus.on("order.*", fn)``; the function is returned
-        unchanged. Everything is validated before anything is registered.
-
-        :param name: stable name for the failure table (default ``module:qualname``)
-        :param once: remove the listener after its first call (``times=1``)
-        :param timeout: seconds after which an async listener is cancelled and a timeout recorded
-        :param retries: extra attempts before a failure is recorded (recorded once)
-        :param errors: this listener's policy; default: the bus's
-        :param priority: higher runs first (default 0); equal priorities run in subscription
-            order, exact and wildcard listeners alike
-        :param times: unsubscribe after this many calls (default: no limit)
-        :param durable: deliver the published events of this durable type across processes,
-            through a consumer group of its own (``service:name``; give a stable *name*); the
-            listener may take ``tx``, an open connection whose writes happen once per event.
-            The other options do not apply (retries follow ``DurableOptions``)
-        :raises DuplicateListenerError: if another listener on this bus already has that name
-        :raises ValueError: naming the option, for a value out of range (``times=0``)
-        :raises TypeError: naming the option, for a value of the wrong type
-        """
-        if durable:
-            return durable_subscriber(
-                self, event, listener, name, once or timeout is not None or bool(retries)
-                or errors is not None or priority != 0 or times is not None,
-            )  # fmt: skip
-        subscribe = self._table.subscriber(
-            event,
-            name=name,
-            once=once,
-            timeout=timeout,
-            retries=retries,
-            errors=errors,
-            priority=priority,
-            times=times,
-        )
-        return subscribe if listener is None else subscribe(listener)
-
-    @overload
-    def once(self, event: type[E], /, **options: Unpack[OnceOptions]) -> TypedDecorator[E]: ...
-    @overload
-    def once(self, event: str, /, **options: Unpack[OnceOptions]) -> TypedDecorator[Event]: ...
-    @overload
-    def once(
-        self, event: type[E], listener: Callable[[E], R], /, **options: Unpack[OnceOptions]
-    ) -> Callable[[E], R]: ...
-    @overload
-    def once(
-        self, event: str, listener: Callable[[Event], R], /, **options: Unpack[OnceOptions]
-    ) -> Callable[[Event], R]: ...
-
-    def once(
-        self,
-        event: type[Event] | str,
-        listener: Callable[[Any], Any] | None = None,
-        /,
-        **options: Any,
-    ) -> Any:
-        """Like :meth:`on` with ``once=True``, as a decorator or a call."""
-        for option in ("once", "times"):
-            if option in options:
-                raise TypeError(f"once() got an unexpected keyword argument {option!r}")
-        if listener is None:
-            return self.on(event, once=True, **options)
-        return self.on(event, listener, once=True, **options)
-
-    @overload
-    def subscribed(
-        self, event: type[E], listener: Callable[[E], Any], /, **options: Unpack[ListenerOptions]
-    ) -> Subscription: ...
-    @overload
-    def subscribed(
-        self, event: str, listener: Callable[[Event], Any], /, **options: Unpack[ListenerOptions]
-    ) -> Subscription: ...
-
-    def subscribed(
-        self, event: type[Event] | str, listener: Callable[[Any], Any], /, **options: Any
-    ) -> Subscription:
-        """``with bus.subscribed(E, fn):`` (or ``async with``): subscribed inside the block only.
-
-        The options are :meth:`on`'s, checked now; the listener is subscribed on entering the
-        block (``as`` gives its :class:`Listener`) and removed on leaving it, however it is left.
-        """
-        if not callable(listener):
-            raise TypeError(f"subscribed() needs a callable listener, got {listener!r}")
-        for option in options:
-            if option not in ON_OPTIONS:
-                raise TypeError(f"subscribed() got an unexpected keyword argument {option!r}")
-        return Subscription(self._table, self._table.binder(event, **options), listener)
-
-    @overload
-    async def wait_for(
-        self,
-        event: type[E],
-        /,
-        *,
-        where: Callable[[E], object] | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109  (EventEmitter2's waitFor has one)
-    ) -> E: ...
-    @overload
-    async def wait_for(
-        self,
-        event: str,
-        /,
-        *,
-        where: Callable[[Event], object] | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109
-    ) -> Event: ...
-
-    async def wait_for(
-        self,
-        event: type[Event] | str,
-        /,
-        *,
-        where: Callable[[Any], object] | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109
-    ) -> Any:
-        """The first event matching *event* (a type, a name or a pattern) emitted after the call.
-
-        :param where: a predicate on the event; only events it accepts count (what it raises
-            is raised here, and the emit goes on)
-        :param timeout: seconds to wait at most (default: no limit)
-        :raises TimeoutError: naming the event, when *timeout* passes first
-        :raises UnknownEventError: for a name nobody declared
-        """
-        return await wait_for(self._table, event, where, timeout)
-
-    def off(self, event: type[Event] | str, listener: Callable[..., Any] | str, /) -> None:
-        """Unsubscribe by function or by listener name; an emit already running is unaffected.
-
-        :raises ListenerLookupError: if no such subscription exists
-        """
-        self._table.remove_matching(event, listener)
-
-    def listeners(self, event: type[Event] | str) -> list[Listener]:
-        """The listeners an emit of *event* would call, in the order it would call them."""
-        cls = self.registry.get(event) if isinstance(event, str) else event
-        return list(self._table.plan(cls).listeners)
-
-    def listener(self, name: str) -> Listener | None:
-        """The subscription with that name, if any (retries look listeners up this way)."""
-        return self._table.get(name)
+    on = _subscribing.on
+    once = _subscribing.once
+    subscribed = _subscribing.subscribed
+    wait_for = _subscribing.wait_for
+    off = _subscribing.off
+    listeners = _subscribing.listeners
+    listener = _subscribing.listener
 
     # -- emit ---------------------------------------------------------------------------------
 
@@ -466,7 +294,7 @@ class EventBus:
                 return None
             # Idle while the bus runs: the same, from the loop's thread only. Written out
             # twice so that a bus that does not run pays nothing for the thread check.
-            if payload is None and nesting.top is RUNNING and self._thread == get_ident():
+            if payload is None and nesting.top is RUNNING and self._thread.__dict__:
                 nesting.top = event
                 try:
                     if (value := call(event)) is not None:
@@ -484,7 +312,7 @@ class EventBus:
         """``emit()`` with every check: the thread, coercion, compiling, the depth limit, the
         cause."""
         if self._thread is not None:
-            self._loop.check("emit", _name_of(event))
+            self._loop.check("emit", event)
         event = coerce_event(self.registry, event, payload)
         call, compiled = self._compiled.get(type(event))
         nesting = self._nesting
@@ -503,56 +331,13 @@ class EventBus:
         finally:
             nesting.top = saved
 
-    def _observe(self, observer: Observer | None) -> None:
-        """Attach instrumentation (see :mod:`eventbus._observe`), or detach it with ``None``."""
-        previous = self._compiled.observer
-        if previous is not None:
-            self._sink.observers.remove(previous.failed)
-        self._compiled.observer = observer
-        self._table.wrap = None if observer is None else observer.listener
-        for sub in self._table:
-            sub.call = sub.fn if observer is None else observer.listener(sub)
-        if observer is not None:
-            self._sink.observers.append(observer.failed)
-        self._table.invalidate()  # recompiled with the listeners' new calls, and wrapped
+    _observe = _observe_mod.attach
 
     def _dispatch_source(self, event: type[Event]) -> str | None:
         """The generated source ``emit()`` runs for *event* (``None``: it calls one listener)."""
         return self._compiled.get(event)[1].source
 
-    async def emit_async(
-        self,
-        event: Event | str,
-        payload: Mapping[str, Any] | None = None,
-        /,
-        *,
-        concurrent: bool = True,
-    ) -> list[Outcome]:
-        """Run every matching listener (async ones concurrently) and wait for all of them.
-
-        :param concurrent: false: await the listeners one after another, in order (a failure
-            does not stop the rest), as blinker's ``send_async`` does
-        :return: one :class:`Outcome` per listener, in call order
-        :raises ListenerErrors: under ``errors="propagate"``, after every listener finished
-        """
-        await checkpoint()
-        if self._thread is not None:
-            self._loop.check("emit_async", _name_of(event))
-        if payload is not None or not isinstance(event, Event):
-            event = coerce_event(self.registry, event, payload)
-        plan = self._table.plan(type(event))
-        runtime, policy = self._compiled.runtime, self._compiled.policy
-        if concurrent is not True and concurrent is not False:
-            raise TypeError(f"concurrent={concurrent!r} must be True or False")
-        observer = self._compiled.observer
-        if observer is None:
-            return await run_plan(plan, event, runtime, policy, concurrent)
-        emission = new_emission(runtime, event)
-        return await observer.emit_async(
-            plan,
-            emission,
-            functools.partial(run_plan, plan, event, runtime, policy, concurrent, emission),
-        )
+    emit_async = _emit_async.emit_async
 
     def emit_threadsafe(
         self, event: Event | str, payload: Mapping[str, Any] | None = None, /
@@ -571,80 +356,9 @@ class EventBus:
         self._table.pattern_of(type(event))  # UnknownEventError here, in the caller's thread
         return self._loop.submit(self.emit_async, event, event.__event_name__)
 
-    async def publish(
-        self,
-        event: Event,
-        conn: Any,
-        /,
-        *,
-        aggregate_key: str | None = None,
-        causation_id: str | None = None,
-        correlation_id: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> str:
-        """Write a durable event in the caller's open transaction (*conn*, an
-        ``AsyncConnection`` or ``AsyncSession``): once committed, every durable listener of
-        every service gets it at least once; rolled back, none does. In-process listeners
-        are not called (``emit()`` it too for them).
+    publish = _durable_front.publish
 
-        :param aggregate_key: what the event is about (an order id): listeners that apply
-            events in order compare the envelope's ``seq`` per key
-        :param causation_id: the id of what caused it (an event, a command)
-        :param correlation_id: the id shared by everything one request caused
-        :param headers: small text values carried in the envelope
-        :return: the event id, which the envelope and ``current_delivery()`` carry
-        :raises DurableError: if the bus has no durable transport, or the event's type was
-            not declared ``durable=True``
-        :raises NoTransactionError: if *conn* has no open transaction
-        """
-        return await self._durable_for("publish", event).publish(
-            event,
-            conn,
-            aggregate_key=aggregate_key,
-            causation_id=causation_id,
-            correlation_id=correlation_id,
-            headers=headers,
-        )
-
-    def _durable_for(self, what: str, event: type[Event] | str | Event) -> DurableTransport:
-        cls = event if isinstance(event, type) else type(event)
-        name = getattr(cls, "__event_name__", None) or repr(event)
-        if self._durable is None:
-            raise DurableError(
-                what,
-                name,
-                "the bus has no durable transport; build it with "
-                "EventBus(durable=RedisStreams(...))",
-            )
-        if not (isinstance(cls, type) and issubclass(cls, Event) and cls.__durable__):
-            raise DurableError(
-                what,
-                name,
-                "its type is not declared durable; declare it with "
-                "'class X(Event, name=..., durable=True)', or emit() it in-process",
-            )
-        return self._durable
-
-    async def retry_failures(
-        self,
-        *,
-        event: str | None = None,
-        listener: str | None = None,
-        limit: int | None = None,
-        max_attempts: int = 5,
-        correlation: str | None = None,
-    ) -> RetryReport:
-        """Re-run pending failures from the store; see :func:`eventbus._retry.retry_failures`."""
-        from ._retry import retry_failures
-
-        return await retry_failures(
-            self,
-            event=event,
-            listener=listener,
-            limit=limit,
-            max_attempts=max_attempts,
-            correlation=correlation,
-        )
+    retry_failures = _retry.retry_failures
 
     def statistics(self) -> BusStatistics:
         pool = self._pool
@@ -657,44 +371,21 @@ class EventBus:
             failures=self._sink.count,
         )
 
+    def listener_statistics(self) -> list[ListenerStatistics]:
+        """Calls and failures per event and listener, counted while :attr:`count_calls` was on
+        (see :mod:`eventbus._counting` for what is a call); empty if it never was."""
+        return self._compiled.counts.snapshot()
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
         if self._pool.accepting or self._host.is_open:
             raise RuntimeError("this bus is already running; enter 'async with bus:' once")
-        await self._host.open(self._start)
+        await self._host.open(functools.partial(_lifecycle.start, self))
         return self
 
-    async def _start(self, tg: TaskGroup) -> None:
-        await self.failures.start(tg)
-        self._pool.start(tg, size=self.queue_size, workers=self.workers)
-        self._loop.open(tg)
-        self._thread = self._loop.ident
-        self._nesting.running(True)
-        if self._durable is not None:
-            try:
-                await self._durable.start(tg)
-            except BaseException:  # refused (an evicting Redis, say): undo what started
-                with anyio.CancelScope(shield=True):
-                    await self._drain()
-                raise
-
     async def __aexit__(self, *exc_info: object) -> None:
-        await self._host.close(self._drain)
-
-    async def _drain(self) -> None:
-        try:
-            if self._durable is not None:  # first: its dead deliveries go to the store
-                await self._durable.aclose()
-            await self._loop.close(self.shutdown_grace)  # calls from threads finish first
-            await self._pool.drain(self.shutdown_grace)
-            self._sink.close()
-            await self.failures.aclose()
-        finally:
-            self._pool.stopped()
-            self._loop.forget()
-            self._thread = None
-            self._nesting.running(False)
+        await self._host.close(functools.partial(_lifecycle.drain, self))
 
     async def aclose(self) -> None:
         """Leave the running state as ``async with`` would, draining with the grace period.
@@ -706,46 +397,6 @@ class EventBus:
             await self.__aexit__(None, None, None)
 
 
-def _name_of(event: object) -> str:
-    """The event name an error message shows for what ``emit()`` was given."""
-    if isinstance(event, str):
-        return event
-    return getattr(event, "__event_name__", None) or type(event).__name__
-
-
 # current_emission() finds a sync listener's emission by these frames on the stack.
 register_emit_frame(EventBus.emit.__code__)
 register_emit_frame(EventBus._emit_checked.__code__)
-
-
-def durable_subscriber(
-    bus: EventBus,
-    event: type[Event] | str,
-    listener: Callable[..., Any] | None,
-    name: str | None,
-    other_options: bool,
-) -> Any:
-    """``on(event, durable=True)``: checked now, handed to the durable transport."""
-    if isinstance(event, str):
-        raise DurableError(
-            "on", event, "a durable listener subscribes to one event type, not a name or pattern"
-        )
-    transport = bus._durable_for("on", event)
-    if other_options:
-        raise DurableError(
-            "on",
-            event.__event_name__,
-            "once=, timeout=, retries=, errors=, priority= and times= do not apply to a durable "
-            "listener (deliveries are retried per DurableOptions, then dead-lettered)",
-        )
-    lname = name
-    if lname is not None and bus.listener(lname) is not None:
-        from ._exceptions import DuplicateListenerError
-
-        raise DuplicateListenerError(lname)
-
-    def subscribe(fn: Callable[..., Any]) -> Callable[..., Any]:
-        transport.subscribe(event, fn, name=lname)
-        return fn
-
-    return subscribe if listener is None else subscribe(listener)

@@ -1,5 +1,7 @@
 """``python -m eventbus failures list|show|retry|purge``: inspect and retry the failure table;
-``python -m eventbus streams ...``: operate durable events (:mod:`eventbus._cli_streams`).
+``python -m eventbus streams ...``: operate durable events (:mod:`eventbus._cli_streams`);
+``python -m eventbus doctor``: the version, the extras, a ``scheduler`` name clash
+(:mod:`eventbus._doctor`). Installed as the ``eventbus`` command too.
 
 Every command takes ``--db`` (a URL, or the path of a SQLite file: see
 :func:`eventbus.backends.sql.database_url`; default ``$EVENTBUS_DB``, else ``eventbus.db`` in
@@ -25,15 +27,31 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
-import sqlalchemy as sa
-from sqlalchemy import exc as sa_exc
 
 from ._bus import EventBus
+from ._chain import causation_chain
 from ._cli_streams import StreamsInputError, add_streams_parser
+from ._doctor import add_doctor_parser, doctor
 from ._failures import FailureRecord, FailureStatus
-from .backends._sql_common import describe_error
-from .backends.sql import SqlFailureStore, database_url, default_db_url, redact_url
-from .cli import AppLoadError, load_app, quiet_broken_pipe
+from .cli import (
+    AppLoadError,
+    add_version_option,
+    describe_error,
+    load_app,
+    positive_int,
+    prog_name,
+    quiet_broken_pipe,
+)
+from .extras import explain_missing
+
+_NO_SQL: ImportError | None = None
+try:  # the failure table needs the 'sql' extra; --help, --version and doctor do not
+    import sqlalchemy as sa
+    from sqlalchemy import exc as sa_exc
+
+    from .backends.sql import SqlFailureStore, database_url, default_db_url, redact_url
+except ImportError as exc:
+    _NO_SQL = exc
 
 __all__ = ["build_parser", "main"]
 
@@ -58,7 +76,10 @@ class _InputError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m eventbus", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(
+        prog=prog_name("eventbus", "eventbus"), description=DESCRIPTION
+    )
+    add_version_option(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     failures = commands.add_parser(
         "failures",
@@ -82,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", parents=[common, filters], help="a table of failures, newest first")
     p.add_argument("--status", choices=[s.value for s in FailureStatus], help="only this status")
     p.add_argument("--since", type=_when, metavar="WHEN", help="last failed at or after WHEN")
-    p.add_argument("--limit", type=_positive_int, default=50, metavar="N", help="default: 50")
+    p.add_argument("--limit", type=positive_int, default=50, metavar="N", help="default: 50")
     p.set_defaults(handler=_list)
 
     p = sub.add_parser("show", parents=[common], help="one failure with payload and traceback")
@@ -96,8 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE:ATTR",
         help="the application's EventBus, or a function returning one (e.g. 'myapp.events:bus')",
     )
-    p.add_argument("--limit", type=_positive_int, metavar="N", help="at most N rows")
-    p.add_argument("--max-attempts", type=_positive_int, default=5, metavar="N", help="default: 5")
+    p.add_argument("--limit", type=positive_int, metavar="N", help="at most N rows")
+    p.add_argument("--max-attempts", type=positive_int, default=5, metavar="N", help="default: 5")
     p.set_defaults(handler=_retry)
 
     p = sub.add_parser("purge", parents=[common], help="delete failures")
@@ -105,19 +126,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--before", type=_when, metavar="WHEN", help="last failed before WHEN")
     p.add_argument("--all", action="store_true", help="required to purge without a filter")
     p.set_defaults(handler=_purge)
-    add_streams_parser(commands, db_help=DB_HELP, when=_when, positive_int=_positive_int)
+    add_streams_parser(commands, db_help=DB_HELP, when=_when)
+    add_doctor_parser(commands)
     return parser
 
 
 @quiet_broken_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code instead of exiting, so tests can call it."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "doctor":
+        return doctor()
     handler: Handler = args.handler
     try:
+        if _NO_SQL is not None:
+            raise _NO_SQL
         return anyio.run(handler, args, backend="asyncio")
     except (_InputError, StreamsInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ImportError as exc:  # an optional library: one line naming the extra
+        if (missing := explain_missing(exc, f"{parser.prog} {args.command}")) is None:
+            raise
+        print(f"error: {missing}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
         raise  # our reader went away (| head): quiet_broken_pipe ends quietly
@@ -169,7 +201,8 @@ async def _list(args: argparse.Namespace) -> int:
 async def _show(args: argparse.Namespace) -> int:
     async with await _open(args.db) as store:
         rec = await _find(store, args.id)
-        chain = await _chain(store, rec)
+        links = await causation_chain(store, rec)
+    chain = [(link.event_id or "…", link.event_name) for link in links]
     if args.json:
         _print_json(
             {**_as_dict(rec), "chain": [{"event_id": i, "event_name": n} for i, n in chain]}
@@ -314,28 +347,6 @@ async def _find(store: SqlFailureStore, key: str) -> FailureRecord:
     return rec
 
 
-async def _chain(store: SqlFailureStore, rec: FailureRecord) -> list[tuple[str, str | None]]:
-    """``(event id, event name or None)`` from the chain's first event to *rec*'s, as far as
-    the failure table knows it: an event none of whose listeners failed left no row, so its
-    name is unknown, and what caused it is not known either (the first event's id is)."""
-    if rec.correlation_id is None:
-        return []
-    rows = await store.query(correlation=rec.correlation_id, limit=None)
-    names = {r.event_id: r for r in rows}
-    chain: list[tuple[str, str | None]] = [(rec.event_id, rec.event_name)]
-    cause = rec.causation_id
-    while cause is not None and len(chain) < 1000:
-        known = names.get(cause)
-        chain.append((cause, None if known is None else known.event_name))
-        if known is None:
-            if cause != rec.correlation_id:
-                chain.append(("…", None))
-                chain.append((rec.correlation_id, None))
-            break
-        cause = known.causation_id
-    return chain[::-1]
-
-
 def _chain_line(event_id: str, name: str | None, rec: FailureRecord) -> str:
     if event_id == "…":
         return "…  (not known: events between may have left no failure row)"
@@ -360,16 +371,6 @@ def _when(text: str) -> datetime:
             f"{text!r} is neither an ISO 8601 time nor an age like 30m, 12h, 7d"
         ) from None
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
 
 
 def _as_dict(rec: FailureRecord) -> dict[str, Any]:

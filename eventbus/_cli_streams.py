@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from .cli import describe_error, positive_int
+
 if TYPE_CHECKING:
     from .durable import RedisStreams
 
@@ -33,7 +35,6 @@ def add_streams_parser(
     *,
     db_help: str,
     when: Callable[[str], datetime],
-    positive_int: Callable[[str], int],
 ) -> None:
     """Add ``streams`` and its actions to the ``python -m eventbus`` subcommands."""
     streams = commands.add_parser(
@@ -164,7 +165,7 @@ async def _run(args: argparse.Namespace, work: Callable[[RedisStreams], Awaitabl
     except ValueError as exc:  # a group or event name that cannot be one
         raise StreamsInputError(str(exc)) from None
     except RedisError as exc:
-        print(f"error: Redis failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"error: Redis failed: {describe_error(exc)}", file=sys.stderr)
         return EXIT_ERROR
     finally:
         await streams.aclose()
@@ -244,15 +245,13 @@ async def _pending(args: argparse.Namespace) -> int:
 
 
 async def _dead(args: argparse.Namespace) -> int:
-    from .durable._status import dead_letters, discover_events
+    from .durable._status import discover_events
 
     async def work(streams: RedisStreams) -> int:
         names = [args.event] if args.event else await discover_events(streams.client, streams.keys)
         letters = []
         for name in names:
-            letters += await dead_letters(
-                streams.client, streams.keys, name, group=args.group, limit=args.limit
-            )
+            letters += await streams.dead_letters(name, group=args.group, limit=args.limit)
         letters = letters[: args.limit]
         if args.json:
             _print_json([_plain(d) for d in letters])

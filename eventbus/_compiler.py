@@ -15,8 +15,10 @@ with ``bus._dispatch_source(OrderPaid)``. Measured against the alternatives (a c
 over a tuple, a chain of nested closures), generated source is the fastest by far, and reads
 best in a traceback.
 
-A call limit (``times=``, ``once``) is a step written only for the listeners that have one.
-Causality costs no line: the emit in progress is the bus's :class:`~eventbus._nesting.Nesting`
+A call limit (``times=``, ``once``) is a step written only for the listeners that have one,
+and so is a call count (``c0.calls += 1``): only while the bus counts calls (see
+:mod:`eventbus._counting`), which also turns the one-listener shortcut off. Causality costs no
+line: the emit in progress is the bus's :class:`~eventbus._nesting.Nesting`
 state, which ``emit()`` sets around the call. Instrumentation wraps the listener functions a
 plan holds (see :mod:`eventbus.interop.opentelemetry`), so a bus without it runs exactly the
 code it ran before. Call order is the table's business: plans arrive ordered.
@@ -33,6 +35,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ._calls import add_note_once, call_sync
+from ._counting import CallCounts
 from ._emission import Emission
 from ._events import Event
 from ._exceptions import BusNotRunningError, ListenerErrors
@@ -125,8 +128,8 @@ class DispatchCache:
     """The compiled dispatch of each event type, rebuilt after any change of what it used.
 
     ``entries`` maps an event type to ``(callable, Compiled)``; ``emit()`` reads it directly.
-    It is cleared when the subscriptions change (the table watches it) or the bus's default
-    error policy does.
+    It is cleared when the subscriptions change (the table watches it), the bus's default
+    error policy does, or call counting is turned on or off.
     """
 
     def __init__(self, runtime: Runtime, policy: ErrorPolicy) -> None:
@@ -134,7 +137,34 @@ class DispatchCache:
         self._policy = policy
         self.entries: dict[type, tuple[Dispatcher, Compiled]] = {}
         runtime.table.watch(self.entries)
-        self.observer: Observer | None = None  # wraps each entry as it is compiled
+        self._observer: Observer | None = None  # wraps each entry as it is compiled
+        #: the call counters, kept while counting is off
+        self.counts = CallCounts()
+        self._counting = False
+        #: ``emit_async()`` must take its observed or counted path (one test per call)
+        self.hooked = False
+
+    @property
+    def observer(self) -> Observer | None:
+        return self._observer
+
+    @observer.setter
+    def observer(self, observer: Observer | None) -> None:
+        self._observer = observer
+        self.hooked = observer is not None or self._counting
+
+    @property
+    def counting(self) -> bool:
+        """Whether calls are counted: the dispatch functions are recompiled when it changes."""
+        return self._counting
+
+    @counting.setter
+    def counting(self, on: bool) -> None:
+        if on is not self._counting:
+            self._counting = on
+            self.hooked = self._observer is not None or on
+            self.runtime.sink.counts = self.counts if on else None
+            self.entries.clear()
 
     @property
     def policy(self) -> ErrorPolicy:
@@ -153,10 +183,11 @@ class DispatchCache:
         entry = self.entries.get(cls)
         if entry is None:
             plan = self.runtime.table.plan(cls)
-            entry = compile_plan(plan, self._policy, self.runtime)
-            if self.observer is not None:
+            counts = self.counts if self._counting else None
+            entry = compile_plan(plan, self._policy, self.runtime, counts)
+            if self._observer is not None:
                 call, compiled = entry
-                entry = (self.observer.dispatch(plan, call, compiled.single is not None), compiled)
+                entry = (self._observer.dispatch(plan, call, compiled.single is not None), compiled)
             self.entries[cls] = entry
         return entry
 
@@ -166,12 +197,15 @@ def _noted(exc: Exception, sub: Listener) -> Exception:
     return exc
 
 
-def compile_plan(plan: Plan, policy: ErrorPolicy, runtime: Runtime) -> tuple[Dispatcher, Compiled]:
-    """The callable ``emit()`` runs for *plan* under the bus's default *policy*."""
+def compile_plan(
+    plan: Plan, policy: ErrorPolicy, runtime: Runtime, counts: CallCounts | None = None
+) -> tuple[Dispatcher, Compiled]:
+    """The callable ``emit()`` runs for *plan* under the bus's default *policy*, counting
+    each listener's calls in *counts* if given."""
     subs = plan.listeners
-    if len(subs) == 1 and _plain(subs[0], policy):
+    if counts is None and len(subs) == 1 and _plain(subs[0], policy):
         return subs[0].call, Compiled(plan, subs[0], None)
-    source = _source(plan, policy)
+    source = _source(plan, policy, counted=counts is not None)
     # Its own globals: a global load is the cheapest load of a name that is not a local, and a
     # closure would copy every cell into each call's frame.
     namespace: dict[str, Any] = {
@@ -186,6 +220,8 @@ def compile_plan(plan: Plan, policy: ErrorPolicy, runtime: Runtime) -> tuple[Dis
     for i, sub in enumerate(subs):
         namespace[f"l{i}"] = sub.call
         namespace[f"s{i}"] = sub
+        if counts is not None:
+            namespace[f"c{i}"] = counts.cell(plan.event_type.__event_name__, sub.name)
     exec(compile(source, _register(plan, source), "exec"), namespace)
     fn: Dispatcher = namespace[_function_name(plan)]
     return fn, Compiled(plan, None, source)
@@ -205,7 +241,7 @@ def _plain(sub: Listener, policy: ErrorPolicy) -> bool:
     )
 
 
-def _source(plan: Plan, policy: ErrorPolicy) -> str:
+def _source(plan: Plan, policy: ErrorPolicy, *, counted: bool) -> str:
     ename = plan.event_type.__event_name__
     subs = plan.listeners
     propagate = any((s.errors or policy) == "propagate" for s in subs)
@@ -220,7 +256,7 @@ def _source(plan: Plan, policy: ErrorPolicy) -> str:
     if propagate:
         body.append("raised = []")
     for i, sub in enumerate(subs):
-        body += _step(i, sub, (sub.errors or policy) == "propagate")
+        body += _step(i, sub, (sub.errors or policy) == "propagate", counted)
     if propagate:
         body += ["if raised:", f"    raise ListenerErrors.for_event({ename!r}, raised)"]
     lines = [f"def {_function_name(plan)}(event):"] + [
@@ -229,8 +265,8 @@ def _source(plan: Plan, policy: ErrorPolicy) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _step(i: int, sub: Listener, propagate: bool) -> list[str]:
-    """The lines that call listener *i* and deal with its outcome."""
+def _step(i: int, sub: Listener, propagate: bool, counted: bool) -> list[str]:
+    """The lines that call listener *i* and deal with its outcome (and count the call)."""
     traits = ["async: queued for the workers" if sub.is_async else "sync"]
     if sub.times is not None:
         traits.append("once" if sub.once else f"times={sub.times}")
@@ -255,6 +291,8 @@ def _step(i: int, sub: Listener, propagate: bool) -> list[str]:
         ]
         if propagate:
             call.append(f"    raised.append(noted(exc, s{i}))")
+    if counted:
+        call.insert(0, f"c{i}.calls += 1")
     if sub.times is not None:
         # A nested emit may have taken its last call already; then it is not this emit's.
         call = [f"if s{i}.claim():", f"    if not s{i}.left:", f"        remove(s{i})"] + [

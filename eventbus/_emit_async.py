@@ -1,5 +1,8 @@
 """``emit_async()``: run every listener of a plan and wait for all of them.
 
+:func:`emit_async` is the bus's method (bound in :class:`~eventbus.EventBus`'s class body);
+:func:`run_plan` does the work.
+
 Sync listeners run first, inline and in order; async ones then run concurrently, each in its
 own task (a copy of the publisher's context), or in the publisher's own task when there is
 only one. With ``concurrent=False`` every listener runs in the publisher's task, one after
@@ -11,24 +14,75 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._calls import add_note_once, call_async, cancelled_from_outside, on_asyncio
-from ._compiler import Runtime
+from ._calls import add_note_once, call_async, cancelled_from_outside, checkpoint, on_asyncio
+from ._compiler import DispatchCache, Runtime
 from ._emission import Emission
-from ._events import Event
+from ._events import Event, coerce_event
 from ._exceptions import ListenerErrors, RecursionLimitError
 from ._listeners import ErrorPolicy, Listener, Outcome, new_outcome
 from ._sink import FailureSink
 from ._table import Plan
 
-__all__ = ["new_emission", "run_plan"]
+if TYPE_CHECKING:
+    from ._bus import EventBus
+
+__all__ = ["emit_async", "new_emission", "run_plan"]
 
 _perf = time.perf_counter
 _new = object.__new__
 _isawaitable = inspect.isawaitable
+
+
+async def emit_async(
+    bus: EventBus,
+    event: Event | str,
+    payload: Mapping[str, Any] | None = None,
+    /,
+    *,
+    concurrent: bool = True,
+) -> list[Outcome]:
+    """Run every matching listener (async ones concurrently) and wait for all of them.
+
+    :param concurrent: false: await the listeners one after another, in order (a failure
+        does not stop the rest), as blinker's ``send_async`` does
+    :return: one :class:`Outcome` per listener, in call order
+    :raises ListenerErrors: under ``errors="propagate"``, after every listener finished
+    """
+    await checkpoint()
+    if bus._thread is not None:
+        bus._loop.check("emit_async", event)
+    if payload is not None or not isinstance(event, Event):
+        event = coerce_event(bus.registry, event, payload)
+    plan = bus._table.plan(type(event))
+    compiled = bus._compiled
+    if concurrent is not True and concurrent is not False:
+        raise TypeError(f"concurrent={concurrent!r} must be True or False")
+    if not compiled.hooked:
+        return await run_plan(plan, event, compiled.runtime, compiled.policy, concurrent)
+    return await _run_hooked(compiled, plan, event, concurrent)
+
+
+async def _run_hooked(
+    compiled: DispatchCache, plan: Plan, event: Event, concurrent: bool
+) -> list[Outcome]:
+    """:func:`run_plan` observed by instrumentation, or with its calls counted, or both."""
+    runtime = compiled.runtime
+    emission = new_emission(runtime, event)
+    outcomes: list[Any] = [None] * len(plan.listeners)
+    run = functools.partial(
+        run_plan, plan, event, runtime, compiled.policy, concurrent, emission, outcomes
+    )
+    observer = compiled.observer
+    try:
+        return await (run() if observer is None else observer.emit_async(plan, emission, run))
+    finally:
+        if compiled.counting:
+            compiled.counts.delivered(plan, outcomes)
 
 
 def new_emission(runtime: Runtime, event: Event) -> Emission:
@@ -52,16 +106,20 @@ async def run_plan(
     policy: ErrorPolicy,
     concurrent: bool = True,
     emission: Emission | None = None,
+    outcomes: list[Any] | None = None,
 ) -> list[Outcome]:
     """Run *plan*'s listeners for *event*, one hop deeper, and return their outcomes.
 
     :param policy: the bus's default error policy
     :param concurrent: false: await each async listener before the next listener starts
     :param emission: made by :func:`new_emission` already (instrumentation needs it first)
+    :param outcomes: with *emission*: a list of ``None`` per listener, filled in as calls end,
+        for a caller that must see them however this ends (counting calls)
     :raises RecursionLimitError: if emits are already nested ``max_depth`` deep
     :raises ListenerErrors: when listeners under the ``propagate`` policy failed, once all ran
     """
     nesting, sink = runtime.nesting, runtime.sink
+    subs = plan.listeners
     if emission is None:  # new_emission(), inline: this is emit_async()'s hot path
         # What the listeners' own emits and failures refer to.
         top = nesting.top
@@ -73,11 +131,14 @@ async def run_plan(
             raise RecursionLimitError(event.__event_name__, nesting.max_depth)
         else:
             emission = cause.child(event)
-    subs = plan.listeners
-    if not subs:
+        if not subs:
+            return []
+        # Outcome | None until every call ended (None: a once listener this emit did not run).
+        outcomes = [None] * len(subs)
+    elif not subs:
         return []
-    # Outcome | None until every call ended (None: a once listener this emit did not run).
-    outcomes: list[Any] = [None] * len(subs)
+    elif outcomes is None:
+        outcomes = [None] * len(subs)
     spawn: list[tuple[int, Listener]] = []
     skipped = False
     failures_before = sink.count

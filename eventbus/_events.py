@@ -20,7 +20,7 @@ import sys
 import types
 import typing
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar, dataclass_transform
 
 from ._exceptions import DuplicateEventError, PayloadError, UnknownEventError
@@ -49,6 +49,22 @@ class EventRegistry:
         if existing is not None and existing is not cls:
             raise DuplicateEventError(name, existing, cls)
         self._by_name[name] = cls
+
+    def declare(self, classes: Iterable[type[Event]]) -> list[type[Event]]:
+        """Register each of *classes* under its own name unless it is there already; safe to
+        repeat. For a library's own events (the scheduler's, the durable transport's) in a
+        registry the application owns: a name the application took is left to it.
+
+        :return: the classes left out because their name is declared as another class
+        """
+        clashes = []
+        for cls in classes:
+            name = cls.__event_name__
+            if name not in self._by_name:
+                self.register(cls, name)
+            elif self._by_name[name] is not cls:
+                clashes.append(cls)
+        return clashes
 
     def get(self, name: str) -> type[Event]:
         """:raises UnknownEventError: if no event of that name was declared here."""

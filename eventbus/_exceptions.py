@@ -22,6 +22,7 @@ The tree::
      ├── ListenerDroppedError        a call that never ran (queue full, bus closing)
      ├── ListenerShutdownError       a call that shutdown cut short
      ├── AppLoadError                (ValueError)    ``--app`` names nothing usable
+     ├── MissingExtraError           (ImportError)   an optional part without its extra
      ├── UnmappedEventError          (LookupError)   a bridged pyee name with no mapping
      ├── UnsupportedPyeeEventError   (ValueError)    pyee's ``error`` or ``new_listener``
      ├── LoginSecretError            (ValueError)    a console secret too short to guard actions
@@ -30,7 +31,8 @@ The tree::
     UnexpectedFailuresError (AssertionError)  failures a test did not expect
     MaxListenersExceededWarning (RuntimeWarning)  one name has more listeners than it should
 
-Defined beside what raises them: ``AppLoadError`` in :mod:`eventbus.cli`, the two pyee errors
+Defined beside what raises them: ``AppLoadError`` in :mod:`eventbus.cli`,
+``MissingExtraError`` in :mod:`eventbus.extras`, the two pyee errors
 in :mod:`eventbus.interop.pyee` (``UnmappedEventError`` is a ``LookupError`` as pyee's own
 ``KeyError`` is; ``UnsupportedPyeeEventError`` a ``ValueError``: the name means nothing on the
 bus), ``UnexpectedFailuresError`` in :mod:`eventbus.testing`, the console's two in

@@ -21,7 +21,15 @@ from ._codec import encode_payload
 from ._events import Event
 from ._tracebacks import CapturedTraceback
 
-__all__ = ["FailureRecord", "FailureStatus", "new_event_id", "qualified_type", "safe_str"]
+__all__ = [
+    "FailureRecord",
+    "FailureStatus",
+    "check_failure_ids",
+    "check_offset",
+    "new_event_id",
+    "qualified_type",
+    "safe_str",
+]
 
 
 class FailureStatus(enum.StrEnum):
@@ -244,3 +252,25 @@ def qualified_type(exc: BaseException) -> str:
     """The exception's type as recorded: ``ValueError``, ``mypkg.errors.Declined``."""
     t = type(exc)
     return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def check_failure_ids(ids: object, *, call: str) -> list[str]:
+    """The failure ids *call* was given, as a list.
+
+    :raises TypeError: naming ``ids``, for a string (a common slip: its characters would be
+        taken for ids) or anything but an iterable of strings
+    """
+    if isinstance(ids, str | bytes) or not hasattr(ids, "__iter__"):
+        raise TypeError(f"{call}(ids={ids!r}): give a list of failure ids, not one string")
+    out = list(ids)
+    for fid in out:
+        if not isinstance(fid, str):
+            raise TypeError(f"{call}(ids=...): every id must be a string, not {fid!r}")
+    return out
+
+
+def check_offset(offset: object) -> int:
+    """:raises ValueError: naming ``offset``, unless it is an int >= 0"""
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise ValueError(f"offset={offset!r} must be an int >= 0 (rows to skip, newest first)")
+    return offset

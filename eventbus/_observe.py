@@ -12,14 +12,17 @@ wraps what the bus already calls, at the moments it is built, never per emit:
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._emission import Emission
 from ._failures import FailureRecord
 from ._listeners import Listener, Outcome
 from ._table import Plan
 
-__all__ = ["Observer"]
+if TYPE_CHECKING:
+    from ._bus import EventBus
+
+__all__ = ["Observer", "attach"]
 
 
 class Observer(Protocol):
@@ -45,3 +48,19 @@ class Observer(Protocol):
     def failed(self, record: FailureRecord) -> None:
         """A failure was recorded (dropped calls too)."""
         ...
+
+
+def attach(bus: EventBus, observer: Observer | None) -> None:
+    """Attach *observer* to *bus* (replacing any), or detach it with ``None``: the bus's
+    ``_observe`` method, which :mod:`eventbus.interop.opentelemetry` calls."""
+    compiled, sink, table = bus._compiled, bus._sink, bus._table
+    previous = compiled.observer
+    if previous is not None:
+        sink.observers.remove(previous.failed)
+    compiled.observer = observer
+    table.wrap = None if observer is None else observer.listener
+    for sub in table:
+        sub.call = sub.fn if observer is None else observer.listener(sub)
+    if observer is not None:
+        sink.observers.append(observer.failed)
+    table.invalidate()  # recompiled with the listeners' new calls, and wrapped

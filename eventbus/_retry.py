@@ -15,13 +15,14 @@ import dataclasses
 import functools
 import logging
 import traceback
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
 from ._calls import call_once
 from ._codec import decode_payload
 from ._exceptions import PayloadError, UnknownEventError
-from ._failures import FailureRecord, FailureStatus, qualified_type
+from ._failures import FailureRecord, FailureStatus, check_failure_ids, qualified_type
 from ._patterns import matches
 
 if TYPE_CHECKING:
@@ -105,6 +106,7 @@ async def retry_failures(
     limit: int | None = None,
     max_attempts: int = 5,
     correlation: str | None = None,
+    ids: Sequence[str] | None = None,
 ) -> RetryReport:
     """Retry the pending failures in ``bus.failures``, oldest first, one call each.
 
@@ -118,6 +120,12 @@ async def retry_failures(
     :param max_attempts: a row that has failed this many times becomes ``dead``
     :param correlation: only rows of this correlation id: one business transaction's
         failures, retried together
+    :param ids: exactly these rows (the console's Retry button on one failure), instead of
+        the filters above; an id that is not pending (nor a dead durable failure, with a
+        durable transport) is reported as skipped and left as it is
+    :raises TypeError: naming ``ids``, for one string instead of a list of ids
+    :raises ValueError: naming the argument, for ``max_attempts`` below 1, an empty
+        ``correlation``, or *ids* combined with a filter
 
     With a durable transport, dead rows of durable listeners (up to *limit* more) are handed
     back to their consumer groups too (see the module docstring).
@@ -126,6 +134,16 @@ async def retry_failures(
         raise ValueError(f"max_attempts={max_attempts!r} must be >= 1")
     if correlation is not None and (not isinstance(correlation, str) or not correlation):
         raise ValueError(f"correlation={correlation!r} must be a correlation id (a string)")
+    if ids is not None:
+        wanted = check_failure_ids(ids, call="retry_failures")
+        given = [n for n, v in (("event", event), ("listener", listener), ("limit", limit),
+                                ("correlation", correlation)) if v is not None]  # fmt: skip
+        if given:
+            raise ValueError(
+                "retry_failures(ids=...) names the failures itself; drop "
+                + ", ".join(f"{name}=" for name in given)
+            )
+        return await _retry_ids(bus, wanted, max_attempts)
     query = functools.partial(
         bus.failures.query, status=FailureStatus.PENDING, event=event, listener=listener
     )
@@ -144,20 +162,43 @@ async def retry_failures(
         )
         rows += [r for r in dead if is_durable(r)]
         rows.sort(key=lambda r: r.last_failed_at, reverse=True)
+    return RetryReport(tuple([await _retry_logged(bus, rec, max_attempts) for rec in rows[::-1]]))
+
+
+async def _retry_ids(bus: EventBus, ids: list[str], max_attempts: int) -> RetryReport:
+    """``retry_failures(ids=...)``: each row named, oldest first; the others reported."""
+    rows: list[FailureRecord] = []
     items: list[RetryItem] = []
-    for rec in reversed(rows):
-        item = await _retry_one(bus, rec, max_attempts)
-        items.append(item)
-        log = logger.info if item.result == "resolved" else logger.warning
-        log(
-            "retry of %s (%r for %r): %s%s",
-            rec.id,
-            rec.listener,
-            rec.event_name,
-            item.result,
-            f": {item.reason}" if item.reason else "",
-        )
+    for fid in dict.fromkeys(ids):
+        rec = await bus.failures.get(fid)
+        if rec is None:
+            items.append(RetryItem(fid, "", "", "skipped", 0, "no failure has this id"))
+        elif rec.status is FailureStatus.PENDING or (
+            bus.durable is not None and rec.status is FailureStatus.DEAD and is_durable(rec)
+        ):
+            rows.append(rec)
+        else:
+            reason = f"it is {rec.status.value}; only pending failures are retried"
+            items.append(
+                RetryItem(rec.id, rec.event_name, rec.listener, "skipped", rec.attempts, reason)
+            )
+    rows.sort(key=lambda r: r.last_failed_at)
+    items += [await _retry_logged(bus, rec, max_attempts) for rec in rows]
     return RetryReport(tuple(items))
+
+
+async def _retry_logged(bus: EventBus, rec: FailureRecord, max_attempts: int) -> RetryItem:
+    item = await _retry_one(bus, rec, max_attempts)
+    log = logger.info if item.result == "resolved" else logger.warning
+    log(
+        "retry of %s (%r for %r): %s%s",
+        rec.id,
+        rec.listener,
+        rec.event_name,
+        item.result,
+        f": {item.reason}" if item.reason else "",
+    )
+    return item
 
 
 async def _retry_one(bus: EventBus, rec: FailureRecord, max_attempts: int) -> RetryItem:

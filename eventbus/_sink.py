@@ -12,12 +12,16 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ._emission import Emission
 from ._failures import FailureRecord
 from ._listeners import is_async_callable
 from ._log_limit import LogLimiter
 from .abc import FailureStore
+
+if TYPE_CHECKING:
+    from ._counting import CallCounts
 
 __all__ = ["AWAITABLE_HINT", "FailureSink", "awaitable_error", "logger"]
 
@@ -48,7 +52,7 @@ class FailureSink:
     :param hook: ``on_failure``, called with each record
     """
 
-    __slots__ = ("_hook", "_in_hook", "count", "limiter", "observers", "store")
+    __slots__ = ("_hook", "_in_hook", "count", "counts", "limiter", "observers", "store")
 
     def __init__(
         self, store: FailureStore, hook: Callable[[FailureRecord], object] | None = None
@@ -60,6 +64,8 @@ class FailureSink:
         self.limiter = LogLimiter(logger, burst=LOG_BURST, interval=LOG_INTERVAL)
         #: told of each record before the store (instrumentation); must not raise
         self.observers: list[Callable[[FailureRecord], object]] = []
+        #: per-listener counters, while the bus counts calls (``count_calls``)
+        self.counts: CallCounts | None = None
 
     @property
     def hook(self) -> Callable[[FailureRecord], object] | None:
@@ -77,7 +83,8 @@ class FailureSink:
     def capture(
         self, emission: Emission, listener: str, exc: BaseException, attempts: int
     ) -> FailureRecord:
-        """Build, log, store and announce one failure; nothing here raises to the caller."""
+        """Build, log, store and announce one failure of a delivery (counted, if the bus
+        counts calls); nothing here raises to the caller."""
         event = emission.event
         event_id = emission.event_id
         cause, chain = emission.causation_id, emission.correlation_id
@@ -102,6 +109,8 @@ class FailureSink:
                 causation_id=cause,
                 correlation_id=chain,
             )
+        if self.counts is not None:
+            self.counts.failed(rec.event_name, listener)
         self.add(rec, exc)
         return rec
 

@@ -69,6 +69,8 @@ class ListenerTable:
         self.max_listeners = check_max_listeners(max_listeners)
         self._subs: list[Listener] = []
         self._names: dict[str, Listener] = {}
+        #: names taken by the bus's durable listeners, which live in the transport
+        self.reserved: set[str] = set()
         self._per_pattern: collections.Counter[str] = collections.Counter()
         #: makes each new listener's ``call`` (instrumentation); None: ``call`` is ``fn``
         self.wrap: Callable[[Listener], Callable[[Any], Any]] | None = None
@@ -181,7 +183,7 @@ class ListenerTable:
                 "is sync and cannot be cancelled while it runs"
             )
         lname = name if name is not None else default_listener_name(fn)
-        if lname in self._names:
+        if lname in self._names or lname in self.reserved:
             raise DuplicateListenerError(lname)
         sub = Listener(
             fn=fn,
@@ -245,6 +247,10 @@ class ListenerTable:
 
     def get(self, name: str) -> Listener | None:
         return self._names.get(name)
+
+    def taken(self, name: str) -> bool:
+        """Whether a listener of this bus, in-process or durable, has that name."""
+        return name in self._names or name in self.reserved
 
     # -- plans -------------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from anyio.abc import TaskGroup
 
 from ._exceptions import BusNotRunningError, WrongThreadError
 
-__all__ = ["LoopThread", "get_ident"]
+__all__ = ["LoopThread", "get_ident", "thread_mark"]
 
 T = TypeVar("T")
 
@@ -38,13 +38,28 @@ get_ident = threading.get_ident
 logger = logging.getLogger("eventbus")
 
 
+def thread_mark() -> threading.local:
+    """A mark of the calling thread: a ``threading.local`` whose ``__dict__`` is non-empty in
+    this thread only, and empty in any other.
+
+    ``emit()`` checks ``mark.__dict__`` on a running bus: the interpreter finds the thread's
+    own dict of a local in C, without the call and the new int of ``get_ident() == ident``
+    (about 18 ns against 24 ns). Another thread's first read makes its own, empty, dict. A
+    new mark per start: a thread that ran the bus before is not its loop's thread now.
+    """
+    mark = threading.local()
+    mark.here = True
+    return mark
+
+
 class LoopThread:
     """The thread of the running bus's event loop, and the way into that loop."""
 
-    __slots__ = ("_idle", "_running", "_tg", "_token", "accepting", "ident")
+    __slots__ = ("_idle", "_running", "_tg", "_token", "accepting", "ident", "mark")
 
     def __init__(self) -> None:
         self.ident: int | None = None  #: the loop's thread while the bus runs
+        self.mark: threading.local | None = None  #: its :func:`thread_mark`, meanwhile
         self.accepting = False
         self._token: anyio.lowlevel.EventLoopToken | None = None
         self._tg: TaskGroup | None = None
@@ -56,6 +71,7 @@ class LoopThread:
         self._token = anyio.lowlevel.current_token()
         self._tg = tg
         self.ident = get_ident()
+        self.mark = thread_mark()
         self.accepting = True
 
     async def close(self, grace: float) -> None:
@@ -76,13 +92,14 @@ class LoopThread:
 
     def forget(self) -> None:
         """The bus is closed: any thread may emit again (to a bus that is not running)."""
-        self.ident = self._token = self._tg = None
+        self.ident = self._token = self._tg = self.mark = None
 
-    def check(self, call: str, event: str) -> None:
-        """:raises WrongThreadError: if the bus runs and this is not its loop's thread"""
+    def check(self, call: str, event: object) -> None:
+        """:raises WrongThreadError: naming *call* and *event* (an event, a type or a name), if
+        the bus runs and this is not its loop's thread"""
         ident = self.ident
         if ident is not None and ident != get_ident():
-            raise WrongThreadError(call, event, _name(get_ident()), _name(ident))
+            raise WrongThreadError(call, _event_name(event), _name(get_ident()), _name(ident))
 
     def submit(self, fn: Callable[[Any], Awaitable[T]], arg: Any, event: str) -> Future[T]:
         """Start ``fn(arg)`` as a task in the loop, from another thread; its future.
@@ -153,6 +170,13 @@ class LoopThread:
             self._running.discard(scope)
             if not self._running and self._idle is not None:
                 self._idle.set()
+
+
+def _event_name(event: object) -> str:
+    """The event name an error message shows for what an emit was given."""
+    if isinstance(event, str):
+        return event
+    return getattr(event, "__event_name__", None) or type(event).__name__
 
 
 def _name(ident: int) -> str:

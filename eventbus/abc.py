@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -26,8 +26,12 @@ class FailureStore(Protocol):
       package are also async context managers that close on exit; the bus needs only
       ``aclose()``.)
     * ``flush()`` returns once every record accepted before the call is queryable.
-    * Queries return newest first. ``correlation`` (added after the first release) selects
-      the records of one chain of causes: a store written before it must take the keyword.
+    * Queries return newest first; ``since`` and ``until`` compare the last failure time
+      (``since`` inclusive, ``until`` exclusive), and ``offset`` skips that many matching
+      records (pagination: see :meth:`query`).
+    * Keywords added after the first release (``query``'s ``correlation``, ``until`` and
+      ``offset``; ``purge``'s ``ids``) are passed by the bus and the console only when they
+      are used, so a store written before them keeps working until they are.
     * Every field of a record reads as its declared type; ``traceback`` is ``str``. A record
       the bus made renders that text on the first read (tens of µs, once), so a store that
       writes later should read it when it writes, not in ``record()``.
@@ -58,8 +62,16 @@ class FailureStore(Protocol):
         since: datetime | None = None,
         limit: int | None = 100,
         correlation: str | None = None,
+        until: datetime | None = None,
+        offset: int = 0,
     ) -> list[FailureRecord]:
-        """Records matching every filter given, newest first (*correlation*: one chain)."""
+        """Records matching every filter given, newest first (*correlation*: one chain),
+        skipping the first *offset* of them.
+
+        Pagination is by offset, not by a cursor: a page is a number a link can carry, any
+        store can skip rows in its own order, and no row must still exist for the next page
+        to be found; a page may repeat a row when newer failures arrive meanwhile.
+        """
         ...
 
     async def get(self, failure_id: str) -> FailureRecord | None:
@@ -71,9 +83,14 @@ class FailureStore(Protocol):
         ...
 
     async def purge(
-        self, *, status: FailureStatus | None = None, before: datetime | None = None
+        self,
+        *,
+        status: FailureStatus | None = None,
+        before: datetime | None = None,
+        ids: Sequence[str] | None = None,
     ) -> int:
-        """Delete the matching records (all of them without filters); how many."""
+        """Delete the matching records (all of them without filters; none for ``ids=[]``);
+        how many."""
         ...
 
 

@@ -1,24 +1,37 @@
-"""Plumbing for command-line tools: load the object ``--app`` names, and end quietly when the
-reader of the output goes away (``... | head``).
+"""Plumbing for command-line tools: load the object ``--app`` names, say what went wrong in
+one line, end quietly when the reader of the output goes away (``... | head``), name the
+program as it was run, and ``--version``.
 
-``python -m eventbus`` and ``python -m scheduler`` both use these, and an application's own
-command-line tool can too. Importing this module loads neither SQLAlchemy nor redis.
+``python -m eventbus``, ``python -m scheduler`` and ``python -m domain`` use these, and an
+application's own command-line tool can too. Importing this module loads neither SQLAlchemy
+nor redis.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import importlib
 import inspect
 import os
 import signal
 import sys
-from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
 
 from ._exceptions import EventBusError
 
-__all__ = ["AppLoadError", "EXIT_BROKEN_PIPE", "load_app", "quiet_broken_pipe"]
+__all__ = [
+    "AppLoadError",
+    "EXIT_BROKEN_PIPE",
+    "add_version_option",
+    "describe_error",
+    "load_app",
+    "positive_int",
+    "prog_name",
+    "quiet_broken_pipe",
+]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -56,9 +69,8 @@ def load_app(spec: str, kind: type[T], *, option: str = "--app") -> T:
             option, spec, f"cannot be loaded: cannot import {module_name!r} ({_line(exc)})"
         ) from None
     except Exception as exc:  # the module itself raised while being imported
-        raise AppLoadError(
-            option, spec, f"cannot be loaded: importing {module_name!r} raised {_text(exc)}"
-        ) from None
+        problem = f"cannot be loaded: importing {module_name!r} raised {describe_error(exc)}"
+        raise AppLoadError(option, spec, problem) from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -73,7 +85,7 @@ def load_app(spec: str, kind: type[T], *, option: str = "--app") -> T:
             raise AppLoadError(
                 option,
                 spec,
-                f"is a callable that failed when called with no arguments ({_text(exc)}); "
+                f"is a callable that failed when called with no arguments ({describe_error(exc)}); "
                 f"name {wanted} or a factory returning one",
             ) from None
         if inspect.isawaitable(obj):
@@ -85,6 +97,32 @@ def load_app(spec: str, kind: type[T], *, option: str = "--app") -> T:
     if not isinstance(obj, kind):
         raise AppLoadError(option, spec, f"is {_a(type(obj).__name__)}, not {wanted}")
     return obj
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: first line of the message``, for an ``error:`` line or a log line.
+
+    For a SQLAlchemy error, the driver's own error (``.orig``): SQLAlchemy's text would add
+    the statement and every parameter of the batch.
+    """
+    orig = getattr(exc, "orig", None)
+    shown = orig if isinstance(orig, BaseException) else exc
+    lines = str(shown).strip().splitlines()
+    return f"{type(shown).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type=``: a whole number, 1 or more (``--limit``, ``-n``).
+
+    :raises argparse.ArgumentTypeError: naming *text*, for anything else
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
 
 
 def quiet_broken_pipe(main: Callable[P, int]) -> Callable[P, int]:
@@ -131,5 +169,28 @@ def _line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-def _text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {_line(exc)}"
+def prog_name(module: str, script: str) -> str:
+    """The program's name for its usage line: *script* when run as that installed command
+    (``eventbus-scheduler``), else ``python -m module``."""
+    return script if Path(sys.argv[0]).name == script else f"python -m {module}"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: reads the version only when asked (importlib.metadata is slow to load)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        from ._version import version
+
+        sys.stdout.write(f"{parser.prog} {version()}\n")
+        parser.exit()
+
+
+def add_version_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--version``: prints the program's name and the version of eventbus (the
+    distribution, which ships ``scheduler`` too), and exits 0."""
+    parser.add_argument(
+        "--version", action=_VersionAction, help="print the version of eventbus and exit"
+    )

@@ -1,15 +1,16 @@
 """Cron expressions, jobs and the loop that runs them, in the same process as the bus.
 
 The implementation lives in underscore modules; this module only re-exports it. The Redis and
-SQL backends (``RedisLock``, ``make_redis_client``, ``SqlRunStore``, ``SqlJobStore``) are
-re-exported lazily: ``import scheduler`` loads neither redis nor SQLAlchemy, and the first
-access to one of those names imports its ``scheduler.backends`` module.
+SQL backends (``RedisLock``, ``SqlRunStore``, ``SqlJobStore``) are re-exported lazily:
+``import scheduler`` loads neither redis nor SQLAlchemy, and the first access to one of those
+names imports its ``scheduler.backends`` module.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from eventbus.lazy import lazy_exports
 
 from ._clock import SystemClock as SystemClock
 from ._clock import VirtualClock as VirtualClock
@@ -39,6 +40,7 @@ from ._jobs import JobOptions as JobOptions
 from ._loop import Scheduler as Scheduler
 from ._loop import SchedulerStatistics as SchedulerStatistics
 from ._records import RunRecord as RunRecord
+from ._registry import PauseScope as PauseScope
 from ._triggers import AtTrigger as AtTrigger
 from ._triggers import CronTrigger as CronTrigger
 from ._triggers import IntervalTrigger as IntervalTrigger
@@ -48,8 +50,8 @@ from .backends.local import MemoryJobStore as MemoryJobStore
 from .backends.local import MemoryRunStore as MemoryRunStore
 
 if TYPE_CHECKING:
+    __version__: str  # eventbus's: one distribution ships both packages
     from .backends.redis import RedisLock as RedisLock
-    from .backends.redis import make_redis_client as make_redis_client
     from .backends.sql import SqlJobStore as SqlJobStore
     from .backends.sql import SqlRunStore as SqlRunStore
 
@@ -69,6 +71,7 @@ __all__ = [
     "LockLostError",
     "MemoryJobStore",
     "MemoryRunStore",
+    "PauseScope",
     "RedisLock",
     "RunCancelledError",
     "RunContext",
@@ -89,7 +92,6 @@ __all__ = [
     "VirtualClock",
     "current_run",
     "current_trace_id",
-    "make_redis_client",
     "min_interval",
     "register_events",
     "validate_cron",
@@ -97,25 +99,13 @@ __all__ = [
 
 # Names from backends whose client library is imported on first access, not here.
 _LAZY = {
-    "RedisLock": "redis",
-    "SqlJobStore": "sql",
-    "SqlRunStore": "sql",
-    "make_redis_client": "redis",
+    "RedisLock": ".backends.redis",
+    "SqlJobStore": ".backends.sql",
+    "SqlRunStore": ".backends.sql",
 }
 
 if not TYPE_CHECKING:  # mypy sees the imports above; a __getattr__ would hide typos from it
-
-    def __getattr__(name: str) -> Any:
-        backend = _LAZY.get(name)
-        if backend is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{__name__}.backends.{backend}"), name)
-        globals()[name] = value  # later lookups skip __getattr__
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    __getattr__, __dir__ = lazy_exports(__name__, {**_LAZY, "__version__": "eventbus"})
 
 
 # Show the public path in reprs and tracebacks: scheduler.CronExpression, not scheduler._cron.

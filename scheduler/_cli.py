@@ -8,10 +8,13 @@ added the same way in :func:`build_parser`.
 
 Exit codes: 0 success, 1 the triggered run failed or was skipped, or something outside the
 input failed (a database that cannot be reached), 2 bad usage or bad input (argparse's own
-convention; an unknown job). Either way the error is one ``error: ...`` line on stderr, never
-a traceback, and a password in ``--db`` is shown as ``***``. ``--db`` takes a URL or a SQLite path
+convention; an unknown job; an optional library not installed, named with its extra). Either
+way the error is one ``error: ...`` line on stderr, never a traceback, and a password in
+``--db`` is shown as ``***``. ``--db`` takes a URL or a SQLite path
 (:func:`eventbus.backends.sql.database_url`); ``--app`` is read by
 :func:`eventbus.cli.load_app`. Output piped into a reader that stops early ends quietly.
+Installed as the ``eventbus-scheduler`` command too (not ``scheduler``: a generic word, and the
+name of another distribution's package).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from eventbus.cli import quiet_broken_pipe
+from eventbus.cli import add_version_option, positive_int, prog_name, quiet_broken_pipe
+from eventbus.extras import explain_missing
 
 from ._cli_common import (
     EXIT_FAILED,
@@ -36,7 +40,6 @@ from ._cli_common import (
     close_app,
     load_scheduler,
     open_database,
-    positive_int,
     reading,
 )
 from ._cli_jobs import add_jobs, add_pause_resume
@@ -50,10 +53,11 @@ __all__ = ["build_parser", "main"]
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with one subparser per command."""
     parser = argparse.ArgumentParser(
-        prog="python -m scheduler",
+        prog=prog_name("scheduler", "eventbus-scheduler"),
         description="Preview cron expressions, list jobs and recorded runs, run a job now, "
         "pause or resume a job of the job table.",
     )
+    add_version_option(parser)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_next(subparsers)
     _add_runs(subparsers)
@@ -77,6 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OperationalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    except ImportError as exc:  # an optional library: one line naming the extra
+        if (missing := explain_missing(exc, f"{parser.prog} {args.command}")) is None:
+            raise
+        print(f"error: {missing}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 # -- next ------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
-from eventbus.cli import AppLoadError, load_app
+from eventbus.cli import AppLoadError, describe_error, load_app
 
 from ._loop import Scheduler
 
@@ -27,7 +27,6 @@ __all__ = [
     "close_app",
     "load_scheduler",
     "open_database",
-    "positive_int",
     "reading",
 ]
 
@@ -44,16 +43,6 @@ class InputError(Exception):
 
 class OperationalError(Exception):
     """Good input, but something it names failed (unreachable database): one line, exit 1."""
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
 
 
 def add_db(
@@ -92,7 +81,7 @@ async def reading(engine: AsyncEngine, what: str) -> AsyncIterator[None]:
         raise InputError(f"cannot read {what} from {where!r}: {exc.orig}") from None
     except (OSError, TimeoutError) as exc:
         raise OperationalError(
-            f"cannot reach the database at {where!r}: {type(exc).__name__}: {exc}"
+            f"cannot reach the database at {where!r}: {describe_error(exc)}"
         ) from None
     finally:
         await engine.dispose()

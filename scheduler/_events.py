@@ -97,14 +97,7 @@ def register_events(registry: EventRegistry) -> list[type[Event]]:
     :param registry: the bus's registry (the default registry declares them already)
     :return: the events left out because their name was taken (normally none)
     """
-    clashes = []
-    for cls in SCHEDULER_EVENTS:
-        name = cls.__event_name__
-        if name not in registry:
-            registry.register(cls, name)
-        elif registry.get(name) is not cls:
-            clashes.append(cls)
-    return clashes
+    return registry.declare(SCHEDULER_EVENTS)
 
 
 class BusEmitter:

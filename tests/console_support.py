@@ -54,6 +54,11 @@ async def login(client: httpx.AsyncClient, base: str = "/ops", user: str = "ann"
     return csrf_of(overview.text)
 
 
+def text(response: httpx.Response) -> str:
+    """A page's HTML with its entities decoded (``&#39;`` reads ``'``)."""
+    return html.unescape(response.text)
+
+
 def result_banner(page: str) -> str:
     """The text of the banner that shows an action's result (empty when there is none)."""
     found = re.search(r'id="result">(.*?)<small', page, re.S)

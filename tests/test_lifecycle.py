@@ -24,12 +24,13 @@ from anyio.abc import AsyncResource
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from domain import App, ArticleViews, Counter, MemoryCounterStore
-from domain.backends.redis import RedisCounterStore, connect
+from domain.backends.redis import RedisCounterStore
 from domain.db import articles
 from eventbus import EventBus, EventRegistry, MemoryFailureStore
+from eventbus.backends.redis import make_redis_client
 from eventbus.backends.sql import SqlFailureStore, make_engine
 from scheduler import LocalLock, MemoryJobStore, MemoryRunStore, Scheduler, VirtualClock
-from scheduler.backends.redis import RedisLock, make_redis_client
+from scheduler.backends.redis import RedisLock
 from scheduler.backends.sql import SqlJobStore, SqlRunStore
 
 
@@ -138,7 +139,7 @@ async def lock_client(redis_url: str) -> AsyncIterator[Any]:
 
 @pytest.fixture
 async def counter_client(redis_url: str) -> AsyncIterator[Any]:
-    client = connect(redis_url, socket_timeout=2)
+    client = make_redis_client(redis_url, decode_responses=True, socket_timeout=2)
     yield client
     await client.aclose()
 

@@ -16,13 +16,14 @@ later ``RECORD`` or ``STAGE`` finds the marker gone (or replaced by another repl
 it gone), the counts of that reply are lost. The store then calls its ``on_loss`` callbacks
 (:class:`~domain.counters.Counter` logs it at ERROR, counts it and emits ``counts.lost``) with
 the totals it last saw: what was lost as far as this process knows (views recorded by other
-replicas after its last call are lost too, unseen). :func:`check_redis_durability` warns at
-start when the server would lose data this way.
+replicas after its last call are lost too, unseen). :meth:`~domain.App.embedded` warns at start
+when the server would lose data this way (:func:`eventbus.backends.redis.check_redis_server`).
 
-Retries: give this store a client built by :func:`connect` (or configured the same way), with
-no automatic retries. ``STAGE`` is idempotent by design (a second run with the same flush id
-is a no-op), so a caller may retry it; ``RECORD`` is not (a retried batch of viewer-less hits
-would count twice), so a lost reply makes ingestion at-most-once for that batch.
+Retries: give this store a client built by :func:`eventbus.backends.redis.make_redis_client`
+with ``decode_responses=True`` (or configured the same way: no automatic retries). ``STAGE``
+is idempotent by design (a second run with the same flush id is a no-op), so a caller may
+retry it; ``RECORD`` is not (a retried batch of viewer-less hits would count twice), so a lost
+reply makes ingestion at-most-once for that batch.
 
 Items and viewer keys must not contain a tab or a newline (ids, short codes and hashed viewer
 keys never do): hits are sent, and staged hashes read back, as tab/newline-separated strings.
@@ -37,15 +38,13 @@ from datetime import UTC, datetime
 
 from anyio.abc import AsyncResource
 from anyio.lowlevel import checkpoint
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import RedisError, ResponseError
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from ..abc import Hit, StoreLoss
 from . import bucket_of
 
-__all__ = ["RedisCounterStore", "check_redis_durability", "connect"]
+__all__ = ["RedisCounterStore"]
 
 logger = logging.getLogger("domain.backends.redis")
 
@@ -154,39 +153,6 @@ return {redis.call('HGET', meta, 'epoch') or '', pending, staged}
 )
 
 
-def connect(
-    url: str,
-    *,
-    socket_timeout: float = 5.0,
-    max_connections: int = 20,
-    pool_timeout: float = 5.0,
-) -> Redis:
-    """A client configured for counters: explicit timeouts, a bounded blocking pool and **no
-    automatic retries**.
-
-    redis-py 8 retries a command up to 10 times after a timeout by default, which would run a
-    non-idempotent script (``RECORD``) again after a lost reply. The pool is bounded like the
-    scheduler's (:func:`scheduler.backends.redis.make_redis_client`): a burst of requests waits
-    for one of *max_connections* connections instead of opening one each, and fails after
-    *pool_timeout* seconds. The caller owns the client (``await client.aclose()``).
-
-    :param socket_timeout: seconds to wait for a connection or a reply
-    :param max_connections: the pool's size; callers beyond it wait
-    :param pool_timeout: seconds to wait for a free connection before a ``ConnectionError``
-    """
-    pool = BlockingConnectionPool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=pool_timeout,
-        socket_timeout=socket_timeout,
-        socket_connect_timeout=socket_timeout,
-        retry=Retry(NoBackoff(), 0),
-        retry_on_error=[],
-        decode_responses=True,
-    )
-    return Redis.from_pool(pool)
-
-
 class RedisCounterStore(AsyncResource):
     """Counts in Redis, shared by every replica; one primary (the scripts touch several keys).
 
@@ -194,8 +160,9 @@ class RedisCounterStore(AsyncResource):
     ``stage()`` and reports it to the :meth:`on_loss` callbacks (with none, it logs it at
     ERROR itself).
 
-    :param redis: a client with ``decode_responses=True`` (see :func:`connect`); never closed
-        by this store (:meth:`aclose` releases nothing)
+    :param redis: a client with ``decode_responses=True`` (see
+        :func:`eventbus.backends.redis.make_redis_client`); never closed by this store
+        (:meth:`aclose` releases nothing)
     :param buckets: pending shards per counter, keeping each hash small for HGETALL/RENAME
     :param prefix: key prefix
     """
@@ -322,72 +289,6 @@ class RedisCounterStore(AsyncResource):
                 callback(loss)
             except Exception:
                 logger.exception("on_loss callback %r raised on %r", callback, loss)
-
-
-async def check_redis_durability(
-    redis: Redis, *, at_risk: str = "pending counts and locks", log: logging.Logger = logger
-) -> list[str]:
-    """Warn once (one WARNING on *log*) when the server behind *redis* can lose data.
-
-    Two settings lose *at_risk* silently: no persistence (``appendonly no`` and no RDB
-    ``save`` schedule: a restart empties the server) and an evicting ``maxmemory-policy``
-    with a ``maxmemory`` limit (keys are dropped when memory is full). Read from ``INFO``,
-    which managed Redis allows where it refuses ``CONFIG``; only the save schedule is not
-    in ``INFO``, so ``CONFIG GET save`` is tried, and where it is refused, no snapshot taken
-    since start (``rdb_saves:0``) counts as none. Call it once at start.
-
-    :return: the risks found, one sentence each (empty: none)
-    :raises redis.exceptions.ConnectionError: if the server cannot be reached
-    """
-    try:
-        persistence = await redis.info("persistence")
-        memory = await redis.info("memory")
-    except ResponseError as exc:  # INFO itself refused (a restricted proxy or ACL)
-        log.warning("could not check the durability of Redis at %s: %s", _where(redis), exc)
-        return []
-    risks = []
-    if not int(persistence.get("aof_enabled", 0)):
-        save = await _save_schedule(redis)
-        if save == "":
-            risks.append('no persistence (appendonly no, save ""): a restart empties it')
-        elif save is None and not int(persistence.get("rdb_saves", 0)):
-            risks.append(
-                "no persistence seen (appendonly no, and no RDB snapshot since it started; "
-                "CONFIG GET save is refused, so the save schedule is unknown)"
-            )
-    policy = str(memory.get("maxmemory_policy", "noeviction"))
-    if policy != "noeviction" and int(memory.get("maxmemory", 0)) > 0:
-        risks.append(
-            f"maxmemory-policy {policy} with maxmemory {memory.get('maxmemory_human')}: "
-            "keys are evicted when memory is full"
-        )
-    if risks:
-        log.warning(
-            "Redis at %s can lose %s: %s; enable 'appendonly yes' and "
-            "'maxmemory-policy noeviction', or accept that a restart loses them (the counters "
-            "report such a loss at ERROR and as a counts.lost event)",
-            _where(redis),
-            at_risk,
-            "; ".join(risks),
-        )
-    return risks
-
-
-async def _save_schedule(redis: Redis) -> str | None:
-    """The RDB ``save`` setting ("" means none), or ``None`` where ``CONFIG`` is refused."""
-    try:
-        config = await redis.config_get("save")
-    except ResponseError:
-        return None
-    return str(config.get("save") or "").strip()
-
-
-def _where(redis: Redis) -> str:
-    """``host:port/db`` of a client, never its password."""
-    kw = redis.connection_pool.connection_kwargs
-    if "path" in kw:
-        return f"unix:{kw['path']}"
-    return f"{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
 
 
 def _parse(shards: list[str]) -> dict[str, int]:

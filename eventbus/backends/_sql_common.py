@@ -1,6 +1,6 @@
 """SQL plumbing shared by every package's stores: the ``--db`` rule, one engine builder, one
 UTC timestamp column type, URLs with their password masked for messages, and the in-place
-migration that adds a newer version's columns to a table users already have.
+migration that creates tables and adds a newer version's columns to tables users already have.
 
 Written once here, in the lowest package that needs it, and re-exported by
 :mod:`eventbus.backends.sql`; ``scheduler`` and ``domain`` use it from there.
@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect
@@ -25,6 +27,7 @@ __all__ = [
     "add_missing_columns",
     "database_url",
     "make_engine",
+    "migrate_tables",
     "missing_columns",
     "redact_url",
 ]
@@ -48,15 +51,6 @@ def redact_url(url: str | sa.URL) -> str:
         return sa.make_url(url).render_as_string(hide_password=True)
     except (sa_exc.ArgumentError, ValueError, TypeError):
         return _PASSWORD.sub(r"\1:***@", url)
-
-
-def describe_error(exc: BaseException) -> str:
-    """``Type: first line of the message``, the driver's own error for a SQLAlchemy one (whose
-    text would add the statement and every parameter of the batch)."""
-    orig = getattr(exc, "orig", None)
-    shown = orig if isinstance(orig, BaseException) else exc
-    lines = str(shown).strip().splitlines()
-    return f"{type(shown).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 def database_url(value: str | os.PathLike[str] | sa.URL, *, must_exist: bool = False) -> sa.URL:
@@ -192,9 +186,12 @@ def add_missing_columns(conn: sa.Connection, table: sa.Table) -> list[str]:
 
     Changes are additive only: each added column must be nullable (``NULL`` reads as "not
     known" in rows written before), so a replica of the older version keeps working beside
-    one of the newer. Each column added is logged at WARNING. Replicas may race: indexes are
-    created ``IF NOT EXISTS``, and so are columns on PostgreSQL; on SQLite a lost race fails
-    with "duplicate column", and trying again finds nothing to add. For ``conn.run_sync``.
+    one of the newer. Each column added is logged at WARNING. Only what is missing is created:
+    on PostgreSQL even ``CREATE INDEX IF NOT EXISTS`` of an index that exists waits for every
+    open transaction that wrote to the table (and holds up the writers queued behind it).
+    Replicas may race: indexes are created ``IF NOT EXISTS``, and so are columns on
+    PostgreSQL; on SQLite a lost race fails with "duplicate column", and trying again finds
+    nothing to add (:func:`migrate_tables` does). For ``conn.run_sync``.
 
     :return: the names of the columns added
     :raises ValueError: naming the column, for a missing column that is not nullable
@@ -216,6 +213,54 @@ def add_missing_columns(conn: sa.Connection, table: sa.Table) -> list[str]:
         )
         logger.warning("added column %s.%s to the existing table", table.name, name)
         added.append(name)
+    inspector = sa.inspect(conn)
+    inspector.clear_cache()  # it read the table before the columns were added
+    present = {i["name"] for i in inspector.get_indexes(table.name, schema=table.schema)}
     for index in table.indexes:
-        conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
+        if not isinstance(index.name, str) or index.name not in present:
+            conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
     return added
+
+
+#: How many times :func:`migrate_tables` tries before the database's error is raised.
+MIGRATE_ATTEMPTS = 5
+
+
+async def migrate_tables(
+    engine: AsyncEngine, tables: Iterable[sa.Table], *, attempts: int = MIGRATE_ATTEMPTS
+) -> list[str]:
+    """Create each of *tables* that does not exist, and add to existing ones the columns and
+    indexes they lack (:func:`add_missing_columns`), in one transaction.
+
+    Processes starting together on one database (replicas of a new version, on a new database
+    or on the older version's tables) race to create the same tables, columns and indexes:
+    the loser's statement fails ("already exists", "duplicate column", a duplicate catalog row
+    on PostgreSQL, a locked SQLite file), and its next attempt, after a short pause, finds
+    them there.
+
+    :param tables: in creation order (``metadata.sorted_tables``: a table before those whose
+        foreign keys point at it)
+    :param attempts: tries before the database's error is raised
+    :return: the columns this call found missing and added, as ``table.column`` (on
+        PostgreSQL, replicas racing may each report the same ones: ``IF NOT EXISTS``)
+    :raises ValueError: naming the column, for a missing column that is not nullable (or for
+        *attempts* below 1)
+    :raises sqlalchemy.exc.DBAPIError: the database's error, if the last attempt fails too
+    """
+    if attempts < 1:
+        raise ValueError(f"attempts={attempts!r} must be >= 1")
+    tables = tuple(tables)
+    attempt = 1
+    while True:
+        try:
+            added: list[str] = []
+            async with engine.begin() as conn:
+                for table in tables:
+                    names = await conn.run_sync(add_missing_columns, table)
+                    added += [f"{table.name}.{name}" for name in names]
+            return added
+        except sa_exc.DBAPIError:
+            if attempt >= attempts:
+                raise
+            await anyio.sleep(0.05 * attempt)
+            attempt += 1

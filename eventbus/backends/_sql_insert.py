@@ -21,7 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .._failures import FailureRecord, FailureStatus
-from ._sql_common import describe_error
+from ..cli import describe_error
 from ._sql_table import _row, _utc
 
 __all__ = ["BatchInsert"]

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .._failures import FailureRecord, FailureStatus
-from ._sql_common import UTCDateTime, add_missing_columns
+from ._sql_common import UTCDateTime, migrate_tables
 
 __all__ = [
     "DEFAULT_TABLE",
@@ -94,11 +94,10 @@ async def create_tables(engine: AsyncEngine) -> None:
     add to existing ones the columns and indexes a newer version added (in place).
 
     The store also does this lazily; call it from deployment code when the application's
-    database user may not run DDL at runtime (then pass ``create_table=False``).
+    database user may not run DDL at runtime (then pass ``create_table=False``). Processes
+    starting together retry (see :func:`~eventbus.backends.sql.migrate_tables`).
     """
-    async with engine.begin() as conn:
-        for table in metadata.sorted_tables:
-            await conn.run_sync(add_missing_columns, table)
+    await migrate_tables(engine, metadata.sorted_tables)
 
 
 def _utc(value: datetime) -> datetime:

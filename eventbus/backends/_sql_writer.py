@@ -6,15 +6,13 @@ handed to ``start()``: the *writer* inserts the buffer in batches (larger while 
 deep and batches are quick) and re-ingests the spill file once it has caught up; the *spiller*
 appends the spill queue to the spill file in a worker thread. While the database is unavailable
 the writer keeps its batch and retries with doubling backoff (one WARNING per outage, one when
-it is back). Log lines about single records are rate-limited: the first ones, then a summary
-with counts (:class:`~eventbus._log_limit.LogLimiter`), and a final summary at close.
+it is back). What it logs is worded in :mod:`eventbus.backends._sql_writer_log`.
 """
 
 from __future__ import annotations
 
 import collections
 import itertools
-import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,14 +24,12 @@ from anyio.lowlevel import checkpoint
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .._failures import FailureRecord
-from .._log_limit import LogLimiter
-from ._sql_common import add_missing_columns, describe_error
+from ._sql_common import add_missing_columns
 from ._sql_insert import BatchInsert
 from ._sql_spill import SpillBacklog, SpillFile
+from ._sql_writer_log import WriterLog
 
 __all__ = ["FailureWriter"]
-
-logger = logging.getLogger("eventbus.failures")
 
 #: A batch that took less than this doubles the next one (up to ``max_batch_size``) while the
 #: buffer is deep; one that took more than twice this halves it (down to ``batch_size``).
@@ -63,10 +59,8 @@ class FailureWriter:
         self.buffer_size, self.close_timeout = buffer_size, close_timeout
         self.retry_backoff, self.max_backoff = retry_backoff, max_backoff
         self._create_table, self._table_ready = create_table, False
-        self._describe = describe  # the store's repr, for log lines
-        self._warn_limit = LogLimiter(logger, level=logging.WARNING, burst=1)
-        self._error_limit = LogLimiter(logger, level=logging.ERROR, burst=3)
-        self._insert = BatchInsert(engine, table, self._refused)
+        self._log = WriterLog(describe)
+        self._insert = BatchInsert(engine, table, self._log.refused)
         self._batch_limit, self._backoff = batch_size, retry_backoff
         self.outage: BaseException | None = None
         # the buffer: accepted counts appends, done counts records taken off it
@@ -166,7 +160,14 @@ class FailureWriter:
                     await stopped.wait()
             self._closing = False
             await self._spill_leftovers()
-            self._summarize()
+            self._log.closed(
+                overflowed=self.overflowed,
+                spilled=self.spilled,
+                reingested=self.reingested,
+                rejected=self.rejected,
+                lost=self.lost,
+                waiting=self.spill.path if self._spill_handled > self._ingested_mark else None,
+            )
 
     async def _run(
         self, loop: Callable[[], Any], scope: anyio.CancelScope, stopped: anyio.Event
@@ -249,16 +250,8 @@ class FailureWriter:
     async def _back_off(self, exc: BaseException) -> None:
         self._table_ready = False  # the table may have been dropped meanwhile
         self._batch_limit = self.batch_size
-        if self.outage is None:
-            logger.warning(
-                "failure store %s cannot write (%s); keeping %d records and retrying with "
-                "backoff (logged once per outage)",
-                self._describe(),
-                describe_error(exc),
-                len(self.buffer) + len(self._chunk),
-            )
-        else:
-            logger.debug("failure store still unavailable: %s", describe_error(exc))
+        kept = len(self.buffer) + len(self._chunk)
+        self._log.outage(exc, kept, first=self.outage is None)
         self.outage = exc
         delay = self._backoff
         self._backoff = min(delay * 2, self.max_backoff)
@@ -267,11 +260,7 @@ class FailureWriter:
 
     def _recovered(self) -> None:
         if self.outage is not None:
-            logger.warning(
-                "failure store %s: database available again; writing %d buffered records",
-                self._describe(),
-                len(self.buffer),
-            )
+            self._log.recovered(len(self.buffer))
             self.outage = None
         self._backoff = self.retry_backoff
 
@@ -316,20 +305,16 @@ class FailureWriter:
             return
         for rec, error in bad:
             self.rejected += 1
-            self._refused(f"failure record cannot be stored ({error!r})", rec)
+            self._log.refused(f"failure record cannot be stored ({error!r})", rec)
         self.spilled += len(batch) - len(bad)
-        if self._warn_limit.allow("spilled", "spilled records"):
-            logger.warning(
-                "failure store %s: %d records %s (database %s), spilled to %s (%d in all); "
-                "they are written to the table %s",
-                self._describe(),
-                len(batch),
-                why,
-                "unavailable" if self.outage is not None else "slow",
-                self.spill.path,
-                self.spilled,
-                when,
-            )
+        self._log.spilled(
+            len(batch),
+            why,
+            outage=self.outage is not None,
+            path=self.spill.path,
+            total=self.spilled,
+            when=when,
+        )
 
     async def _ingest_chunk(self) -> None:
         """Insert the next chunk of the spill file; claim the file first, delete it at its end."""
@@ -337,12 +322,7 @@ class FailureWriter:
             try:
                 await self._read_chunk()
             except OSError as exc:  # the lines stay in their file, for a later start
-                logger.error(
-                    "failure store %s cannot read its spill file (%s); its records stay there "
-                    "and are read again at the next start",
-                    self._describe(),
-                    exc,
-                )
+                self._log.unreadable_spill(exc)
                 self._backlog.close()
                 self._reading = False
                 self._ingested(self._spill_handled)
@@ -369,7 +349,7 @@ class FailureWriter:
         )
         for line in bad:
             self.rejected += 1
-            self._refused(f"unreadable line in {str(self._backlog.reading)!r}", line[:500])
+            self._log.refused(f"unreadable line in {str(self._backlog.reading)!r}", line[:500])
         if finished:
             self._reading = False
             self._ingested(self._claim_mark)
@@ -393,35 +373,8 @@ class FailureWriter:
         self._reading, self._chunk = False, []
         self._signal_progress()
 
-    def _summarize(self) -> None:
-        self._warn_limit.summarize()
-        self._error_limit.summarize()
-        waiting = self._spill_handled > self._ingested_mark
-        if self.overflowed or self.lost or waiting:
-            logger.warning(
-                "failure store %s closed: %d records overflowed the buffer, %d spilled, %d "
-                "re-ingested, %d rejected, %d lost%s",
-                self._describe(),
-                self.overflowed,
-                self.spilled,
-                self.reingested,
-                self.rejected,
-                self.lost,
-                f"; the spill file {str(self.spill.path)!r} is read at the next start"
-                if waiting
-                else "",
-            )
-
     # -- records that are not stored -------------------------------------------------------------
 
     def _lose(self, records: Sequence[FailureRecord], why: str) -> None:
         self.lost += len(records)
-        for rec in records:
-            if self._error_limit.allow("lost", "records NOT stored"):
-                logger.error(
-                    "failure store %s: %s; record NOT stored: %r", self._describe(), why, rec
-                )
-
-    def _refused(self, why: str, what: object) -> None:
-        if self._error_limit.allow("refused", "records refused"):
-            logger.error("%s; NOT stored: %r", why, what)
+        self._log.lost(records, why)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import datetime
 
 from anyio.abc import AsyncResource, TaskGroup
 from anyio.lowlevel import checkpoint
 
-from .._failures import FailureRecord, FailureStatus
+from .._failures import FailureRecord, FailureStatus, check_failure_ids, check_offset
 
 __all__ = ["MemoryFailureStore"]
 
@@ -72,7 +73,11 @@ class MemoryFailureStore(AsyncResource):
         since: datetime | None = None,
         limit: int | None = 100,
         correlation: str | None = None,
+        until: datetime | None = None,
+        offset: int = 0,
     ) -> list[FailureRecord]:
+        """Records matching every given filter, newest first, after skipping *offset*."""
+        skip = check_offset(offset)
         await checkpoint()
         out: list[FailureRecord] = []
         for rec in reversed(self._records.values()):
@@ -84,7 +89,12 @@ class MemoryFailureStore(AsyncResource):
                 continue
             if since is not None and rec.last_failed_at < since:
                 continue
+            if until is not None and rec.last_failed_at >= until:
+                continue
             if correlation is not None and rec.correlation_id != correlation:
+                continue
+            if skip:
+                skip -= 1
                 continue
             out.append(rec)
             if limit is not None and len(out) >= limit:
@@ -102,13 +112,20 @@ class MemoryFailureStore(AsyncResource):
         self._records[failure.id] = failure
 
     async def purge(
-        self, *, status: FailureStatus | None = None, before: datetime | None = None
+        self,
+        *,
+        status: FailureStatus | None = None,
+        before: datetime | None = None,
+        ids: Sequence[str] | None = None,
     ) -> int:
+        """Delete the records matching every given filter; how many."""
+        only = None if ids is None else set(check_failure_ids(ids, call="purge"))
         await checkpoint()
         doomed = [
             r.id
             for r in self._records.values()
-            if (status is None or r.status == status)
+            if (only is None or r.id in only)
+            and (status is None or r.status == status)
             and (before is None or r.last_failed_at < before)
         ]
         for fid in doomed:

@@ -12,21 +12,28 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
+
+from ..extras import missing_extra
+
+if _missing := missing_extra(__name__, "sql"):
+    raise _missing
 
 import sqlalchemy as sa
 from anyio.abc import TaskGroup
 from anyio.lowlevel import checkpoint
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .._failures import FailureRecord, FailureStatus
+from .._failures import FailureRecord, FailureStatus, check_failure_ids, check_offset
 from ._sql_common import UTCDateTime as UTCDateTime
 from ._sql_common import add_missing_columns as add_missing_columns
 from ._sql_common import database_url as database_url
 from ._sql_common import make_engine as make_engine
+from ._sql_common import migrate_tables as migrate_tables
 from ._sql_common import missing_columns as missing_columns
 from ._sql_common import redact_url as redact_url
 from ._sql_spill import SpillFile, default_spill_path
@@ -51,6 +58,7 @@ __all__ = [
     "failures_table",
     "make_engine",
     "metadata",
+    "migrate_tables",
     "missing_columns",
     "redact_url",
 ]
@@ -64,6 +72,7 @@ for _obj in (
     database_url,
     failure_table,
     make_engine,
+    migrate_tables,
     missing_columns,
     redact_url,
 ):
@@ -281,9 +290,13 @@ class SqlFailureStore:
         since: datetime | None = None,
         limit: int | None = 100,
         correlation: str | None = None,
+        until: datetime | None = None,
+        offset: int = 0,
     ) -> list[FailureRecord]:
-        """Records matching every given filter, newest first; *since* compares the last failure;
-        *correlation* is a correlation id (one chain of causes)."""
+        """Records matching every given filter, newest first; *since* (inclusive) and *until*
+        (exclusive) compare the last failure; *correlation* is a correlation id (one chain of
+        causes); *offset* skips that many (``OFFSET``: the rows before it are still read)."""
+        check_offset(offset)
         await self.flush()
         c = self.table.c
         columns = await self._columns()
@@ -298,10 +311,14 @@ class SqlFailureStore:
             stmt = stmt.where(c.listener == listener)
         if since is not None:
             stmt = stmt.where(c.last_failed_at >= _utc(since))
+        if until is not None:
+            stmt = stmt.where(c.last_failed_at < _utc(until))
         if correlation is not None:
             stmt = stmt.where(c.correlation_id == correlation)
         if limit is not None:
             stmt = stmt.limit(limit)
+        if offset:
+            stmt = stmt.offset(offset)
         async with self.engine.connect() as conn:
             rows = (await conn.execute(stmt)).mappings().all()
         return [_record(r) for r in rows]
@@ -339,9 +356,16 @@ class SqlFailureStore:
             raise KeyError(failure.id)
 
     async def purge(
-        self, *, status: FailureStatus | None = None, before: datetime | None = None
+        self,
+        *,
+        status: FailureStatus | None = None,
+        before: datetime | None = None,
+        ids: Sequence[str] | None = None,
     ) -> int:
-        """Delete the matching records (all of them without filters); return how many."""
+        """Delete the records matching every given filter (all of them without filters, none
+        for ``ids=[]``); return how many. Ids go 500 a statement, in one transaction (SQLite
+        caps the parameters of a statement)."""
+        only = None if ids is None else sorted(set(check_failure_ids(ids, call="purge")))
         await self.flush()
         stmt = sa.delete(self.table)
         if status is not None:
@@ -349,5 +373,11 @@ class SqlFailureStore:
         if before is not None:
             stmt = stmt.where(self.table.c.last_failed_at < _utc(before))
         async with self.engine.begin() as conn:
-            result = await conn.execute(stmt)
-        return int(result.rowcount)
+            if only is None:
+                return int((await conn.execute(stmt)).rowcount)
+            removed = 0
+            for start in range(0, len(only), 500):
+                chunk = only[start : start + 500]
+                result = await conn.execute(stmt.where(self.table.c.id.in_(chunk)))
+                removed += int(result.rowcount)
+        return removed

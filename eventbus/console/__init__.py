@@ -16,8 +16,14 @@ and the security headers (a CSP without inline script, no framing).
 
 from __future__ import annotations
 
+from ..extras import missing_extra
+
+if _missing := missing_extra(__name__, "web"):
+    raise _missing
+
 from eventbus import EventBus
 
+from . import _streams_page
 from ._app import Console as Console
 from ._audit import AuditEntry as AuditEntry
 from ._audit import AuditLog as AuditLog
@@ -40,6 +46,10 @@ from ._pages import Panel as Panel
 from ._pages import View as View
 from ._security import AuthCallable as AuthCallable
 from ._security import LoginSecretError as LoginSecretError
+from ._sessions import LoginThrottle as LoginThrottle
+from ._sessions import MemorySessionRevocations as MemorySessionRevocations
+from ._sessions import SessionRevocations as SessionRevocations
+from ._streams_page import StreamsPage as StreamsPage
 
 __all__ = [
     "Action",
@@ -55,9 +65,13 @@ __all__ = [
     "Done",
     "FailuresPage",
     "LoginSecretError",
+    "LoginThrottle",
     "MemoryAuditLog",
+    "MemorySessionRevocations",
     "PageRequest",
     "Panel",
+    "SessionRevocations",
+    "StreamsPage",
     "View",
     "bar_chart",
     "bus_pages",
@@ -69,8 +83,12 @@ __all__ = [
 
 
 def bus_pages(bus: EventBus) -> list[ConsolePage]:
-    """The pages of the ``eventbus`` package for *bus*: failures, then the bus."""
-    return [FailuresPage(bus), BusPage(bus)]
+    """The pages of the ``eventbus`` package for *bus*: failures, the bus (which turns the
+    bus's call counting on), and its durable streams when it has a durable transport."""
+    pages: list[ConsolePage] = [FailuresPage(bus), BusPage(bus)]
+    if isinstance(bus.durable, _streams_page.DurableOperations):
+        pages.append(StreamsPage(bus))
+    return pages
 
 
 for _name in __all__:

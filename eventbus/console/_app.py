@@ -7,12 +7,10 @@ applies the rules of :mod:`._pages` (read-only, CSRF, the action log) before the
 
 from __future__ import annotations
 
-import inspect
 import logging
-import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import jinja2
 from starlette.applications import Starlette
@@ -22,31 +20,34 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ._audit import AuditLog, AuditOutcome, MemoryAuditLog
+from ._login import Login, cookie_path
 from ._pages import Action, ActionError, ConsolePage, PageRequest, View, console_url
 from ._requests import client_address, read_form, safe_next
 from ._security import (
-    LOGIN_COOKIE,
-    LOGIN_TTL,
     SESSION_COOKIE,
     AuthCallable,
     Session,
     SessionSigner,
     check_login_secret,
+    check_session_key,
     csrf_matches,
-    secret_matches,
     security_headers,
-    set_cookie,
+)
+from ._sessions import (
+    LoginThrottle,
+    MemorySessionRevocations,
+    SessionRevocations,
+    result_token,
+    shown_result,
 )
 from ._template_filters import install_filters
 
 __all__ = ["Console"]
 
 logger = logging.getLogger("eventbus.console")
-
-MAX_USER = 64
 
 
 class Console:
@@ -60,13 +61,24 @@ class Console:
     :param auth: the application's own login instead: called with each request, returns the
         user's name or ``None`` (then the console answers 401, or redirects to *login_url*)
     :param login_url: where *auth* users who are not signed in are sent
-    :param session_key: signs the cookies under *auth* (default: random per process, so forms
-        opened before a restart must be reloaded)
-    :param session_ttl: how long a session lasts after login
+    :param session_key: signs the session cookies, CSRF tokens and action results (at least
+        16 characters); required with *auth* (give every process the same, or a form posted
+        to another process is refused); with *secret*, a key derived from it by default
+    :param session_ttl: how long a session lasts after login (a logout ends it sooner)
+    :param revocations: where logouts are kept (default: in this process, so behind several
+        processes a copy of the cookie still opens the others until its TTL; share one, e.g.
+        ``eventbus.console.sql.SqlSessionRevocations``, and a logout reaches every process)
+    :param login_throttle: failed logins allowed per client address (default: 10 in 15
+        minutes, counted in this process)
+    :param trusted_proxies: the addresses (or networks) of reverse proxies whose
+        ``X-Forwarded-Proto`` and ``X-Forwarded-For`` are believed: the cookies are then
+        ``Secure`` when the proxy says HTTPS, and the client address (action log, login
+        throttle) is the one the proxy saw. Default: none (anyone can send those headers)
     :param read_only: show everything, allow no action (every ``POST`` is a 403)
     :param audit: the action log (default: the newest 10,000 in memory)
     :param title: shown in the header and the window title
-    :raises ValueError: unless exactly one of *secret* and *auth* is given
+    :raises ValueError: unless exactly one of *secret* and *auth* is given; for *auth* without
+        *session_key*, or a *session_key* shorter than 16 characters
     :raises LoginSecretError: for a secret shorter than 16 characters
     """
 
@@ -79,6 +91,9 @@ class Console:
         login_url: str | None = None,
         session_key: str | bytes | None = None,
         session_ttl: timedelta = timedelta(hours=8),
+        revocations: SessionRevocations | None = None,
+        login_throttle: LoginThrottle | None = None,
+        trusted_proxies: str | Sequence[str] | None = None,
         read_only: bool = False,
         audit: AuditLog | None = None,
         title: str = "eventbus console",
@@ -88,13 +103,29 @@ class Console:
                 "Console() needs exactly one of secret= (a login form) and auth= (the "
                 "application's own login)"
             )
-        self._secret = check_login_secret(secret) if secret is not None else None
-        self._auth = auth
-        self.login_url = login_url
-        key = session_key or self._secret or secrets.token_bytes(32)
+        if auth is not None and session_key is None:
+            raise ValueError(
+                "Console(auth=...) needs session_key=: the key that signs its session cookies "
+                "and CSRF tokens, the same in every process that serves the console (with a "
+                "key of its own, each process refused the forms of the others)"
+            )
+        checked = check_login_secret(secret) if secret is not None else None
+        key = check_session_key(session_key) if session_key is not None else checked
+        assert key is not None
         self._signer = SessionSigner(key, ttl=session_ttl)
         self.read_only = read_only
-        self.audit: AuditLog = audit if audit is not None else MemoryAuditLog()
+        self._audit: AuditLog = audit if audit is not None else MemoryAuditLog()
+        self._login = Login(
+            secret=checked,
+            auth=auth,
+            login_url=login_url,
+            signer=self._signer,
+            render=self._page,
+            read_form=self._form,
+            revocations=revocations if revocations is not None else MemorySessionRevocations(),
+            throttle=login_throttle if login_throttle is not None else LoginThrottle(),
+            audit=self._audit,
+        )
         self.title = title
         self.pages = list(pages)
         slugs = [p.slug for p in self.pages]
@@ -102,10 +133,30 @@ class Console:
             if slugs.count(slug) > 1 or slug in {"login", "logout", "actions", "static"}:
                 raise ValueError(f"page slug {slug!r} is used twice or reserved; rename the page")
         self._env = self._environment()
-        self._app = security_headers(self._starlette())
+        app: ASGIApp = self._starlette()
+        if trusted_proxies is not None:  # uvicorn's, which its --forwarded-allow-ips uses
+            from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+            hosts = trusted_proxies if isinstance(trusted_proxies, str) else list(trusted_proxies)
+            app = cast(ASGIApp, ProxyHeadersMiddleware(cast(Any, app), trusted_hosts=hosts))
+        self._app = security_headers(app)
+
+    @property
+    def audit(self) -> AuditLog:
+        """The action log: actions, refused attempts, logins and logouts."""
+        return self._audit
+
+    @audit.setter
+    def audit(self, log: AuditLog) -> None:
+        self._audit = self._login.audit = log
+
+    @property
+    def login_url(self) -> str | None:
+        """Where users of *auth* who are not signed in are sent."""
+        return self._login.login_url
 
     def __repr__(self) -> str:
-        login = "secret" if self._secret is not None else "auth callable"
+        login = "secret" if self._login.secret is not None else "auth callable"
         return (
             f"Console(pages={[p.slug for p in self.pages]}, login={login}, "
             f"read_only={self.read_only})"
@@ -132,8 +183,8 @@ class Console:
     def _starlette(self) -> Starlette:
         routes: list[BaseRoute] = [
             Route("/", self._overview, methods=["GET"]),
-            Route("/login", self._login_form, methods=["GET"]),
-            Route("/login", self._login, methods=["POST"]),
+            Route("/login", self._login.form, methods=["GET"]),
+            Route("/login", self._login.submit, methods=["POST"]),
             Route("/logout", self._logout, methods=["POST"]),
             Route("/actions", self._actions, methods=["GET"]),
             Mount("/static", StaticFiles(packages=[("eventbus.console", "static")])),
@@ -146,51 +197,6 @@ class Console:
                 else:
                     routes.append(Route(path, self._action_endpoint(route), methods=["POST"]))
         return Starlette(routes=routes, exception_handlers={HTTPException: self._http_error})
-
-    # -- sessions --------------------------------------------------------------------------------
-
-    async def _session(self, request: Request) -> tuple[Session | None, str | None]:
-        """The request's session and, when a new cookie must be set, its value."""
-        cookie = request.cookies.get(SESSION_COOKIE)
-        session = self._signer.load_session(cookie)
-        if self._auth is None:
-            return session, None
-        user = self._auth(request)
-        if inspect.isawaitable(user):
-            user = await user
-        if not user:
-            return None, None
-        if session is not None and session.user == user:
-            return session, None
-        fresh, value = self._signer.new_session(str(user))
-        return fresh, value
-
-    def _set_session(self, response: Response, request: Request, value: str) -> None:
-        set_cookie(
-            response,
-            request,
-            SESSION_COOKIE,
-            value,
-            max_age=int(self._signer.ttl.total_seconds()),
-            path=self._cookie_path(request),
-        )
-
-    def _cookie_path(self, request: Request) -> str:
-        return request.scope.get("root_path", "").rstrip("/") or "/"
-
-    def _not_signed_in(self, request: Request) -> Response:
-        if self._auth is not None:
-            if self.login_url:
-                return RedirectResponse(self.login_url, status_code=303)
-            return self._page(
-                request,
-                "error.html",
-                status=401,
-                title="Not signed in",
-                message="Sign in to the application first; the console uses its login.",
-            )
-        target = request.url.path if request.method == "GET" else None
-        return RedirectResponse(console_url(request, "/login", next=target), status_code=303)
 
     def _context(self, request: Request, session: Session | None) -> dict[str, Any]:
         return {
@@ -220,98 +226,35 @@ class Console:
         )
         return HTMLResponse(html, status_code=status)
 
-    # -- login -------------------------------------------------------------------------------
-
-    async def _login_form(
-        self, request: Request, *, error: str | None = None, next_path: object = None
-    ) -> Response:
-        if self._secret is None:
-            return self._not_signed_in(request)
-        nonce, cookie = self._signer.new_login_nonce()
-        if next_path is None:
-            next_path = request.query_params.get("next")
-        response = self._page(
-            request,
-            "login.html",
-            status=401 if error else 200,
-            nonce=nonce,
-            error=error,
-            next=safe_next(request, next_path),
-        )
-        set_cookie(
-            response,
-            request,
-            LOGIN_COOKIE,
-            cookie,
-            max_age=LOGIN_TTL,
-            path=self._cookie_path(request),
-        )
-        return response
-
-    async def _login(self, request: Request) -> Response:
-        if self._secret is None:
-            return self._not_signed_in(request)
-        form = await self._form(request)
-        if isinstance(form, Response):
-            return form
-        nonce = form.get("nonce")
-        if not (
-            isinstance(nonce, str)
-            and self._signer.login_nonce_matches(request.cookies.get(LOGIN_COOKIE), nonce)
-        ):
-            return self._page(
-                request,
-                "error.html",
-                status=403,
-                title="Login form expired",
-                message="The login form expired or came from another site; load it again.",
-                back=console_url(request, "/login"),
-            )
-        user, token = form.get("user"), form.get("token")
-        user = user.strip() if isinstance(user, str) else ""
-        if not user or len(user) > MAX_USER or not user.isprintable():
-            return await self._login_form(
-                request,
-                error=f"Give your name (1 to {MAX_USER} printable characters): "
-                "it is recorded with every action you take.",
-                next_path=form.get("next"),
-            )
-        if not (isinstance(token, str) and secret_matches(token, self._secret)):
-            logger.warning("console login refused for %r from %s", user, client_address(request))
-            return await self._login_form(request, error="Wrong token.", next_path=form.get("next"))
-        _session, value = self._signer.new_session(user)
-        logger.info("console login of %r from %s", user, client_address(request))
-        next_path = safe_next(request, form.get("next")) or console_url(request, "/")
-        response = RedirectResponse(next_path, status_code=303)
-        self._set_session(response, request, value)
-        response.delete_cookie(LOGIN_COOKIE, path=self._cookie_path(request))
-        return response
+    # -- login (the rest is in ._login) ----------------------------------------------------------
 
     async def _logout(self, request: Request) -> Response:
-        session, _ = await self._session(request)
+        session, _ = await self._login.session(request)
         form = await self._form(request)
         if isinstance(form, Response):
             return form
         if session is not None and not csrf_matches(session, form.get("csrf")):
             return self._csrf_refused(request, session, "logout")
+        if session is not None:
+            await self._login.logout(request, session)
         response = RedirectResponse(console_url(request, "/login"), status_code=303)
-        response.delete_cookie(SESSION_COOKIE, path=self._cookie_path(request))
+        response.delete_cookie(SESSION_COOKIE, path=cookie_path(request))
         return response
 
     # -- built-in pages ------------------------------------------------------------------------
 
     async def _overview(self, request: Request) -> Response:
-        session, cookie = await self._session(request)
+        session, cookie = await self._login.session(request)
         if session is None:
-            return self._not_signed_in(request)
+            return self._login.not_signed_in(request)
         preq = self._page_request(request, session)
         panels = [p for page in self.pages if (p := await page.panel(preq)) is not None]
         return self._finish(preq.render("overview.html", panels=panels), request, cookie)
 
     async def _actions(self, request: Request) -> Response:
-        session, cookie = await self._session(request)
+        session, cookie = await self._login.session(request)
         if session is None:
-            return self._not_signed_in(request)
+            return self._login.not_signed_in(request)
         preq = self._page_request(request, session)
         entries = self.audit.entries(limit=500)
         return self._finish(preq.render("actions.html", entries=entries), request, cookie)
@@ -320,23 +263,21 @@ class Console:
         self, request: Request, session: Session, form: FormData | None = None
     ) -> PageRequest:
         context = self._context(request, session)
-        done = request.query_params.get("done")
-        if done is not None and done.isdigit() and len(done) < 19:
-            context["done"] = self.audit.get(int(done))
+        context["done"] = shown_result(self._signer, session, request.query_params.get("done"))
         return PageRequest(request, session, env=self._env, base_context=context, form=form)
 
     def _finish(self, response: Response, request: Request, cookie: str | None) -> Response:
         if cookie is not None:
-            self._set_session(response, request, cookie)
+            self._login.set_session(response, request, cookie)
         return response
 
     # -- page routes ---------------------------------------------------------------------------
 
     def _view_endpoint(self, view: View) -> Any:
         async def endpoint(request: Request) -> Response:
-            session, cookie = await self._session(request)
+            session, cookie = await self._login.session(request)
             if session is None:
-                return self._not_signed_in(request)
+                return self._login.not_signed_in(request)
             preq = self._page_request(request, session)
             try:
                 response = await view.endpoint(preq)
@@ -360,9 +301,9 @@ class Console:
         return endpoint
 
     async def _run_action(self, action: Action, request: Request) -> Response:
-        session, cookie = await self._session(request)
+        session, cookie = await self._login.session(request)
         if session is None:
-            return self._not_signed_in(request)
+            return self._login.not_signed_in(request)
         form = await self._form(request)
         if isinstance(form, Response):
             return form
@@ -405,7 +346,8 @@ class Console:
         back = done.back or safe_next(request, request.headers.get("referer"))
         back_url = back or console_url(request, "/")
         sep = "&" if "?" in back_url else "?"
-        redirect = RedirectResponse(f"{back_url}{sep}done={entry.id}", status_code=303)
+        result = result_token(self._signer, session, entry)
+        redirect = RedirectResponse(f"{back_url}{sep}done={result}", status_code=303)
         return self._finish(redirect, request, cookie)
 
     def _log(

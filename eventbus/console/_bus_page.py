@@ -1,20 +1,21 @@
-"""The bus page: listeners per event, the queue, drops, and failures over time as a chart.
+"""The bus page: listeners per event with their call and failure counts, the queue, drops,
+and failures over time as a chart.
 
 What the public API gives: ``bus.statistics()`` (queue depth, in flight, drops, failures since
-start), ``bus.listeners(name)`` per declared event, and the failure store. Per-listener *call*
-counts are not exposed by the bus; failure counts per listener come from the store.
+start), ``bus.listeners(name)`` per declared event, ``bus.listener_statistics()`` (calls and
+failures per event and listener, which the page turns on: ``count_calls``), and the failure
+store for the chart.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from starlette.responses import Response
 
-from eventbus import EventBus, FailureStatus
+from eventbus import EventBus, ListenerStatistics
 
 from ._charts import bar_chart, time_buckets
 from ._pages import Action, PageRequest, Panel, View
@@ -36,19 +37,30 @@ class ListenerRow:
     pattern: str
     kind: str
     options: str
-    failures: dict[str, int]
+    calls: int
+    failures: int
 
 
 class BusPage:
-    """Listeners, queue and failure counts of *bus*."""
+    """Listeners with their call counts, queue and failures over time of *bus*.
+
+    :param count_calls: turn the bus's call counting on (``bus.count_calls = True``), which
+        the listener table shows; without it, a bus that does not count shows no figures
+    :param chart_limit: most failures read for the chart (the newest ones); the page says so
+        when it reaches it
+    """
 
     slug = "bus"
     title = "Bus"
     templates: tuple[str, str] | None = None
 
-    def __init__(self, bus: EventBus, *, scan_limit: int = 10_000) -> None:
+    def __init__(
+        self, bus: EventBus, *, count_calls: bool = True, chart_limit: int = 10_000
+    ) -> None:
         self.bus = bus
-        self.scan_limit = scan_limit
+        self.chart_limit = chart_limit
+        if count_calls:
+            bus.count_calls = True
 
     def __repr__(self) -> str:
         return f"BusPage(bus={self.bus!r})"
@@ -81,13 +93,7 @@ class BusPage:
         now = datetime.now(UTC)
         store = self.bus.failures
         await store.flush()
-        recent = await store.query(since=now - span, limit=self.scan_limit)
-        everything = await store.query(limit=self.scan_limit)
-        per_listener: dict[tuple[str, str], Counter[str]] = {}
-        for rec in everything:
-            key = (rec.event_name, rec.listener)
-            per_listener.setdefault(key, Counter())[rec.status.value] += 1
-        rows = self._listener_rows(per_listener)
+        recent = await store.query(since=now - span, limit=self.chart_limit)
         chart = bar_chart(
             time_buckets(
                 ((r.first_failed_at, r.status.value) for r in recent),
@@ -97,27 +103,31 @@ class BusPage:
             ),
             label=f"Failures per {_step(span / count)} over the last {window}, by status now",
         )
+        counted = {(s.event, s.listener): s for s in self.bus.listener_statistics()}
         return request.render(
             "bus.html",
             status=400 if errors else 200,
             errors=errors,
             stats=self.bus.statistics(),
-            rows=rows,
-            statuses=[s.value for s in FailureStatus],
+            rows=self._listener_rows(counted),
+            counting=self.bus.count_calls,
             chart=chart,
             window=window,
             windows=list(WINDOWS),
-            capped=len(everything) >= self.scan_limit,
-            scan_limit=self.scan_limit,
+            capped=len(recent) >= self.chart_limit,
+            chart_limit=self.chart_limit,
         )
 
-    def _listener_rows(self, failures: dict[tuple[str, str], Counter[str]]) -> list[ListenerRow]:
+    def _listener_rows(
+        self, counted: dict[tuple[str, str], ListenerStatistics]
+    ) -> list[ListenerRow]:
         rows: list[ListenerRow] = []
         seen: set[tuple[str, str]] = set()
         for name in sorted(self.bus.registry.names()):
             for sub in self.bus.listeners(name):
                 key = (name, sub.name)
                 seen.add(key)
+                stats = counted.get(key)
                 rows.append(
                     ListenerRow(
                         event=name,
@@ -125,13 +135,14 @@ class BusPage:
                         pattern=sub.pattern,
                         kind="async" if sub.is_async else "sync",
                         options=_options(sub),
-                        failures=dict(failures.get(key, {})),
+                        calls=stats.calls if stats else 0,
+                        failures=stats.failures if stats else 0,
                     )
                 )
-        # failures of listeners no longer subscribed (or of events no longer declared)
+        # counted listeners no longer subscribed (or of events no longer declared)
         rows += [
-            ListenerRow(key[0], key[1], "", "gone", "", dict(failures[key]))
-            for key in sorted(set(failures) - seen)
+            ListenerRow(key[0], key[1], "", "gone", "", counted[key].calls, counted[key].failures)
+            for key in sorted(set(counted) - seen)
         ]
         return rows
 

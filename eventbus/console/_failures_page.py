@@ -1,38 +1,34 @@
-"""The failures page: the failure table, filtered and paginated; one failure in full; the
-actions an operator takes on them (retry, resolve with a note, purge after a confirmation).
+"""The failures page: the failure table, filtered and paginated; one failure in full with its
+chain of causes; the actions an operator takes on them (retry, resolve with a note, purge
+after a confirmation).
 
 Built on the public API only: the store's ``query/get/update/purge`` and
-``bus.retry_failures``. The store filters by status, event, listener and ``since``; the other
-filters (``until``, and the correlation id once records carry one) are applied here, to at
-most ``scan_limit`` rows, which the page says when it reaches.
+``bus.retry_failures``. The store does every filter and the pagination (``offset``): a page
+reads one page of rows. New query keywords are passed only when used, so a store written
+against the first ``FailureStore`` Protocol serves every page that does not use them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from starlette.responses import Response
 
 from eventbus import EventBus, FailureRecord, FailureStatus
 
+from .._chain import causation_chain
 from ._forms import parse_datetime, parse_int
 from ._pages import Action, ActionError, Done, PageRequest, Panel, View
 
-__all__ = ["FailuresPage", "causal_fields"]
+__all__ = ["FailuresPage"]
 
 PER_PAGE = 50
 MAX_NOTE = 500
 MAX_NAME = 300
 STATUSES = [s.value for s in FailureStatus]
-
-
-def causal_fields() -> list[str]:
-    """The causation/correlation fields that :class:`FailureRecord` has in this version."""
-    names = {f.name for f in dataclasses.fields(FailureRecord)}
-    return [n for n in ("correlation_id", "causation_id") if n in names]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -43,6 +39,20 @@ class Filters:
     correlation: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+
+    def store_filters(self) -> dict[str, Any]:
+        """The filters as ``query()`` keywords; the newer ones only when used."""
+        out: dict[str, Any] = {
+            "status": self.status,
+            "event": self.event,
+            "listener": self.listener,
+            "since": self.since,
+        }
+        if self.until is not None:
+            out["until"] = self.until
+        if self.correlation is not None:
+            out["correlation"] = self.correlation
+        return out
 
     def query(self) -> dict[str, str]:
         """The filters as query parameters (for links that keep them)."""
@@ -64,8 +74,8 @@ def _local(value: datetime | None) -> str:
 class FailuresPage:
     """The failure table of *bus* (``bus.failures``).
 
-    :param scan_limit: most rows read to apply the filters the store does not have, and to
-        count for panels and the purge confirmation
+    :param count_limit: most rows counted for the overview's figures and the purge
+        confirmation (the Protocol has no count); beyond it a count shows as ``N+``
     :param max_attempts: a retry that fails this many times marks the row ``dead``
     """
 
@@ -73,9 +83,9 @@ class FailuresPage:
     title = "Failures"
     templates: tuple[str, str] | None = None
 
-    def __init__(self, bus: EventBus, *, scan_limit: int = 10_000, max_attempts: int = 5) -> None:
+    def __init__(self, bus: EventBus, *, count_limit: int = 10_000, max_attempts: int = 5) -> None:
         self.bus = bus
-        self.scan_limit = scan_limit
+        self.count_limit = count_limit
         self.max_attempts = max_attempts
 
     def __repr__(self) -> str:
@@ -90,13 +100,14 @@ class FailuresPage:
             View("/{failure_id}", self.detail, "failures.detail"),
             Action("/{failure_id}/retry", self.retry, "failures.retry"),
             Action("/{failure_id}/resolve", self.resolve, "failures.resolve"),
+            Action("/{failure_id}/purge", self.purge_one, "failures.purge_one"),
         ]
 
     async def panel(self, request: PageRequest) -> Panel:
         store = self.bus.failures
         await store.flush()
-        pending = await store.query(status=FailureStatus.PENDING, limit=self.scan_limit)
-        dead = await store.query(status=FailureStatus.DEAD, limit=self.scan_limit)
+        pending = await store.query(status=FailureStatus.PENDING, limit=self.count_limit)
+        dead = await store.query(status=FailureStatus.DEAD, limit=self.count_limit)
         return Panel(
             title=self.title,
             href=request.url("/failures"),
@@ -105,7 +116,7 @@ class FailuresPage:
         )
 
     def _count(self, rows: Sequence[object]) -> str:
-        return f"{len(rows)}+" if len(rows) >= self.scan_limit else str(len(rows))
+        return f"{len(rows)}+" if len(rows) >= self.count_limit else str(len(rows))
 
     # -- views -----------------------------------------------------------------------------------
 
@@ -114,24 +125,12 @@ class FailuresPage:
         filters = self._filters(request, errors)
         page = parse_int(request.query.get("page"), "page", 1, 10_000, errors) or 1
         rows: list[FailureRecord] = []
-        capped = False
         if not errors:
             store = self.bus.failures
             await store.flush()  # what the bus recorded so far is listed
-            local = filters.until is not None or filters.correlation is not None
-            limit = self.scan_limit if local else page * PER_PAGE + 1
-            rows = await store.query(
-                status=filters.status,
-                event=filters.event,
-                listener=filters.listener,
-                since=filters.since,
-                limit=limit,
-            )
-            capped = local and len(rows) >= self.scan_limit
-            if local:
-                rows = [r for r in rows if _keep(r, filters)]
-        start = (page - 1) * PER_PAGE
-        shown = rows[start : start + PER_PAGE]
+            paging: dict[str, Any] = {"offset": (page - 1) * PER_PAGE} if page > 1 else {}
+            # One row more than a page says whether there is a next one.
+            rows = await store.query(**filters.store_filters(), limit=PER_PAGE + 1, **paging)
         query = filters.query()
         return request.render(
             "failures.html",
@@ -140,16 +139,11 @@ class FailuresPage:
             filters=filters,
             form=query,
             statuses=STATUSES,
-            has_correlation=bool(causal_fields()),
-            rows=shown,
-            first=start + 1,
-            capped=capped,
-            scan_limit=self.scan_limit,
+            rows=rows[:PER_PAGE],
+            first=(page - 1) * PER_PAGE + 1,
             prev_url=request.url("/failures", **query, page=page - 1) if page > 1 else None,
             next_url=(
-                request.url("/failures", **query, page=page + 1)
-                if len(rows) > start + PER_PAGE
-                else None
+                request.url("/failures", **query, page=page + 1) if len(rows) > PER_PAGE else None
             ),
         )
 
@@ -181,21 +175,10 @@ class FailuresPage:
 
     async def detail(self, request: PageRequest) -> Response:
         rec = await self._record(request)
-        fields = causal_fields()
-        causal = {name: getattr(rec, name, None) for name in fields}
-        chain: list[FailureRecord] = []
-        correlation = causal.get("correlation_id")
-        if correlation:
-            related = await self.bus.failures.query(limit=self.scan_limit)
-            chain = sorted(
-                (r for r in related if getattr(r, "correlation_id", None) == correlation),
-                key=lambda r: r.first_failed_at,
-            )
         return request.render(
             "failure.html",
             rec=rec,
-            causal=causal,
-            chain=chain,
+            chain=await causation_chain(self.bus.failures, rec),
             retryable=rec.status == FailureStatus.PENDING and rec.payload_ok,
             listener_here=self.bus.listener(rec.listener) is not None,
             max_note=MAX_NOTE,
@@ -217,13 +200,16 @@ class FailuresPage:
             chosen=status.value if status else "",
             days=days,
             matched=matched,
-            capped=matched is not None and matched >= self.scan_limit,
+            capped=matched is not None and matched >= self.count_limit,
         )
 
     async def _matching(self, status: FailureStatus | None, days: int) -> int:
+        """How many rows a purge would delete (at most ``count_limit``): its ``before`` is
+        the query's ``until``."""
         before = datetime.now(UTC) - timedelta(days=days)
-        rows = await self.bus.failures.query(status=status, limit=self.scan_limit)
-        return sum(1 for r in rows if r.last_failed_at < before)
+        return len(
+            await self.bus.failures.query(status=status, until=before, limit=self.count_limit)
+        )
 
     def _purge_args(
         self, status: str | None, days: str | None, errors: list[str]
@@ -252,30 +238,28 @@ class FailuresPage:
             raise ActionError(
                 f"Failure {rec.id} is {rec.status.value}; only pending failures are retried."
             )
-        report = await self.bus.retry_failures(
-            event=rec.event_name, listener=rec.listener, max_attempts=self.max_attempts
+        report = await self.bus.retry_failures(ids=[rec.id], max_attempts=self.max_attempts)
+        [item] = report.items
+        reason = f": {item.reason}" if item.reason else ""
+        return Done(
+            f"Retried {rec.listener} for {rec.event_name}: {item.result}{reason}.",
+            target=rec.id,
+            back=request.url(f"/failures/{rec.id}"),
         )
-        mine = next((i for i in report.items if i.failure_id == rec.id), None)
-        if mine is None:
-            message = f"Failure {rec.id} was not retried (no longer pending)."
-        else:
-            reason = f": {mine.reason}" if mine.reason else ""
-            message = f"Retried {rec.listener} for {rec.event_name}: {mine.result}{reason}."
-        others = len(report.items) - (mine is not None)
-        if others:
-            message += f" {others} other pending failure(s) of the same listener and event: "
-            message += _tally(report.items, exclude=rec.id) + "."
-        return Done(message, target=rec.id, back=request.url(f"/failures/{rec.id}"))
 
     async def retry_matching(self, request: PageRequest) -> Done:
         event = request.field("event", max_length=MAX_NAME) or None
         listener = request.field("listener", max_length=MAX_NAME) or None
+        correlation = request.field("correlation", max_length=MAX_NAME) or None
+        by_chain: dict[str, Any] = {"correlation": correlation} if correlation else {}
         report = await self.bus.retry_failures(
-            event=event, listener=listener, max_attempts=self.max_attempts
+            event=event, listener=listener, max_attempts=self.max_attempts, **by_chain
         )
         if not report.items:
             raise ActionError("No pending failure matches; nothing was retried.")
         target = f"event={event or '*'} listener={listener or '*'}"
+        if correlation:
+            target += f" correlation={correlation}"
         return Done(f"{report}.", target=target)
 
     async def resolve(self, request: PageRequest) -> Done:
@@ -298,6 +282,19 @@ class FailuresPage:
             back=request.url(f"/failures/{rec.id}"),
         )
 
+    async def purge_one(self, request: PageRequest) -> Done:
+        rec = await self._record(request)
+        if request.field("confirm") != "yes":
+            raise ActionError("Tick the confirmation box: a purged failure cannot be restored.")
+        removed = await self.bus.failures.purge(ids=[rec.id])
+        return Done(
+            f"Purged failure {rec.id} ({rec.listener} for {rec.event_name})."
+            if removed
+            else f"Failure {rec.id} was purged already.",
+            target=rec.id,
+            back=request.url("/failures"),
+        )
+
     async def purge(self, request: PageRequest) -> Done:
         errors: list[str] = []
         status, days = self._purge_args(
@@ -316,16 +313,3 @@ class FailuresPage:
             target=f"status={status.value if status else '*'} older_than_days={days}",
             back=request.url("/failures"),
         )
-
-
-def _keep(rec: FailureRecord, f: Filters) -> bool:
-    if f.until is not None and rec.last_failed_at >= f.until:
-        return False
-    return f.correlation is None or getattr(rec, "correlation_id", None) == f.correlation
-
-
-def _tally(items: Sequence[object], *, exclude: str) -> str:
-    counts = Counter(
-        getattr(i, "result", "?") for i in items if getattr(i, "failure_id", "") != exclude
-    )
-    return ", ".join(f"{n} {result}" for result, n in sorted(counts.items()))

@@ -5,6 +5,11 @@ Importing this package loads SQLAlchemy and redis; ``import eventbus`` does not.
 
 from __future__ import annotations
 
+from ..extras import missing_extra
+
+if _missing := missing_extra(__name__, "redis", "sql"):
+    raise _missing
+
 from ._context import Delivery as Delivery
 from ._context import current_delivery as current_delivery
 from ._envelope import DeadInfo as DeadInfo

@@ -90,11 +90,4 @@ def register_durable_events(registry: EventRegistry) -> list[type[Event]]:
 
     :return: the events left out because *registry* declares their name as another class
     """
-    clashes = []
-    for cls in DURABLE_EVENTS:
-        name = cls.__event_name__
-        if name not in registry:
-            registry.register(cls, name)
-        elif registry.get(name) is not cls:
-            clashes.append(cls)
-    return clashes
+    return registry.declare(DURABLE_EVENTS)

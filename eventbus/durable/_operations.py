@@ -1,6 +1,6 @@
-"""What operators do with the streams, whether or not the transport runs: status, a janitor
-round, republish, backfill, replay, redeliver, redrive, and the groups a stream is kept for.
-:class:`~eventbus.durable.RedisStreams` offers them as its methods."""
+"""What operators do with the streams, whether or not the transport runs: status, dead
+letters, a janitor round, republish, backfill, replay, redeliver, redrive, and the groups a
+stream is kept for. :class:`~eventbus.durable.RedisStreams` offers them as its methods."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from datetime import datetime
 from .._events import Event
 from .._failures import FailureRecord
 from ._handback import backfill, replay, republish
-from ._janitor import Janitor
 from ._keys import StreamKeys, validate_part
 from ._redeliver import redeliver, redrive
 from ._registry import forget_group, register_group
 from ._relay import Relay
 from ._runtime import AnyRedis, Runtime
-from ._status import StreamStatus, discover_events, stream_status
+from ._status import DeadLetter, StreamStatus, dead_letters, discover_events, stream_status
+from ._tasks import Tasks
 
 __all__ = ["StreamOperations"]
 
@@ -28,7 +28,7 @@ class StreamOperations:
     client: AnyRedis
     keys: StreamKeys
     relay: Relay | None
-    _janitor: Janitor
+    _tasks: Tasks
 
     async def status(self, events: Sequence[str] | None = None) -> list[StreamStatus]:
         """Length, groups (pending, lag) and dead letters of each event's stream (default:
@@ -38,10 +38,17 @@ class StreamOperations:
         )
         return [await stream_status(self.client, self.keys, n) for n in names]
 
+    async def dead_letters(
+        self, event: str, *, group: str | None = None, limit: int | None = 100
+    ) -> list[DeadLetter]:
+        """Dead letters of *event*, oldest first (of one *group* if given): what
+        :meth:`replay` hands back, by their ``dead_id``."""
+        return await dead_letters(self.client, self.keys, event, group=group, limit=limit)
+
     async def sweep(self, events: Sequence[str] | None = None) -> int:
         """Run the janitor once now, whoever's turn it is, over the streams of *events*
         (default: this process's listeners'); return the entries trimmed."""
-        return await self._janitor.sweep(events, force=True)
+        return await self._tasks.janitor.sweep(events, force=True)
 
     async def republish(self, *, since: datetime, events: Sequence[str] | None = None) -> int:
         """Publish again every retained outbox row published at or after *since*; see

@@ -8,12 +8,17 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from ..backends.redis import RedisServerInfo, check_redis_server, make_redis_client
+from ..backends.redis import check_redis_server, make_redis_client
 from ._runtime import AnyRedis
 
 __all__ = ["CLUSTER_SCHEMES", "HEADROOM", "check_pool", "check_servers", "client_from_url"]
 
 PURPOSE = "durable events"
+#: What the start-up warning about a Redis server adds (see ``check_redis_server``).
+AFTER_LOSS = (
+    "Events published in a window a restart lost must be restored with republish(since=...); "
+    "an evicted publish key (they have a TTL) lets a retried relay add an event twice"
+)
 
 #: connections beyond the blocking reads: the relay, acknowledgements, leases, the janitor
 HEADROOM = 8
@@ -43,26 +48,32 @@ def client_from_url(url: str, *, block: float, connections: int) -> AnyRedis:
     return make_redis_client(url, socket_timeout=timeout, max_connections=connections)
 
 
-async def check_servers(client: AnyRedis) -> list[RedisServerInfo]:
+async def check_servers(client: AnyRedis) -> list[str]:
     """:func:`~eventbus.backends.redis.check_redis_server` on the server, or on each master
-    of a cluster (any of them evicting keys would lose the streams it holds).
+    of a cluster (any of them evicting keys would lose the streams it holds): refuse an
+    evicting or too old one, warn (once per server, naming it) about the rest.
 
+    :return: the risks warned about, each master's in turn (empty: none)
     :raises UnsafeRedisError: naming the server (or master) and what to change
     """
     if not isinstance(client, RedisCluster):
-        return [await check_redis_server(client, purpose=PURPOSE)]
+        return await _check(client)
     await client.initialize()
-    found = []
+    risks = []
     for node in client.get_primaries():
         pool = ConnectionPool(
             connection_class=node.connection_class, max_connections=1, **node.connection_kwargs
         )
         one = Redis.from_pool(pool)  # one master, as check_redis_server reads one server
         try:
-            found.append(await check_redis_server(one, purpose=PURPOSE))
+            risks += await _check(one)
         finally:
             await one.aclose()
-    return found
+    return risks
+
+
+async def _check(server: Redis) -> list[str]:
+    return await check_redis_server(server, purpose=PURPOSE, after_loss=AFTER_LOSS)
 
 
 def check_pool(client: AnyRedis, *, listeners: int, block: float, owned: bool) -> None:

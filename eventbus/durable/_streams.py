@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Any, Self
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskGroup
 from redis.asyncio.cluster import RedisCluster
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
@@ -27,11 +27,8 @@ from .._failures import FailureRecord
 from ..abc import FailureStore
 from ..backends.memory import MemoryFailureStore
 from ..backends.sql import make_engine, redact_url
-from ._consumer import Consumer
 from ._events import DurableStarted, DurableStopped, register_durable_events
-from ._group import Group
 from ._inbox import Inbox
-from ._janitor import Janitor
 from ._keys import StreamKeys, consumer_name, validate_part
 from ._listener import DurableListener, Start, make_listener
 from ._operations import StreamOperations
@@ -42,6 +39,7 @@ from ._runtime import AnyRedis, Fault, Runtime, logger, utcnow
 from ._server import check_pool, check_servers, client_from_url
 from ._stats import DurableStatistics, RelayCounters
 from ._tables import create_durable_tables, inbox, inbox_table, outbox, outbox_table
+from ._tasks import Tasks
 
 __all__ = ["RedisStreams"]
 
@@ -127,12 +125,8 @@ class RedisStreams(StreamOperations):
         )
         self.relay = Relay(self.rt) if self.options.relay else None
         self._listeners: dict[str, DurableListener] = {}
-        self._consumers: list[Consumer] = []
-        self._janitor = Janitor(self.rt, [])
+        self._tasks = Tasks(self.rt, self.relay)
         self._running = False
-        self._tg: TaskGroup | None = None
-        self._scope: anyio.CancelScope | None = None
-        self._stopped = anyio.Event()
         self._stack: AsyncExitStack | None = None
         #: ``False``: ``start()`` runs nothing (a tool that only redelivers or republishes,
         #: such as ``python -m eventbus failures retry``, must not consume as a replica)
@@ -185,8 +179,7 @@ class RedisStreams(StreamOperations):
             self._check_pool(len(self._listeners) + 1)
         self._listeners[listener.name] = listener
         if self._running:
-            assert self._tg is not None
-            self._tg.start_soon(self._start_consumer, listener)
+            self._tasks.add_soon(listener)
         return listener
 
     async def publish(
@@ -274,10 +267,7 @@ class RedisStreams(StreamOperations):
         if self.create_tables:
             await create_durable_tables(self.engine, tables=(self.outbox_table, self.inbox_table))
         register_durable_events(self.registry)
-        self._stopped = anyio.Event()
-        self._consumers.clear()  # statistics() keeps reporting the last run's until now
-        self._janitor.groups.clear()
-        await task_group.start(self._run)
+        await self._tasks.start(task_group, self._listeners.values())
         self._running = True
         self.rt.notify(
             DurableStarted(
@@ -287,31 +277,6 @@ class RedisStreams(StreamOperations):
             )
         )
 
-    async def _run(self, *, task_status: TaskStatus[None]) -> None:
-        try:
-            with anyio.CancelScope() as scope:
-                self._scope = scope
-                async with anyio.create_task_group() as tg:
-                    self._tg = tg
-                    for listener in self._listeners.values():
-                        await self._start_consumer(listener)
-                    if self.relay is not None:
-                        tg.start_soon(self.relay.run)
-                    tg.start_soon(self._janitor.run)
-                    tg.start_soon(self._janitor.purge_inbox_loop)
-                    task_status.started()
-        finally:
-            self._stopped.set()
-
-    async def _start_consumer(self, listener: DurableListener) -> None:
-        assert self._tg is not None
-        group = Group(self.rt, listener)
-        consumer = Consumer(group)
-        await consumer.prepare()
-        self._consumers.append(consumer)
-        self._janitor.groups.append(group)
-        await self._tg.start(consumer.run)
-
     async def aclose(self) -> None:
         """Stop: no more reads; calls in flight get ``shutdown_grace``, then are cancelled
         without acknowledgement; the relay finishes its batch and publishes what this process
@@ -319,22 +284,7 @@ class RedisStreams(StreamOperations):
         with anyio.CancelScope(shield=True):
             if self._running:
                 self._running = False
-                grace = self.options.shutdown_grace
-                unfinished = 0
-
-                async def stop(consumer: Consumer) -> None:
-                    nonlocal unfinished
-                    unfinished += await consumer.stop(grace)
-
-                async with anyio.create_task_group() as tg:
-                    for consumer in self._consumers:
-                        tg.start_soon(stop, consumer)
-                if self.relay is not None:
-                    with anyio.move_on_after(grace):
-                        await self.relay.stop()
-                assert self._scope is not None
-                self._scope.cancel()
-                await self._stopped.wait()
+                unfinished = await self._tasks.stop(self.options.shutdown_grace)
                 self.rt.limiter.summarize()
                 self.rt.notify(
                     DurableStopped(
@@ -377,13 +327,13 @@ class RedisStreams(StreamOperations):
     # -- operations ------------------------------------------------------------------------------
 
     def statistics(self) -> DurableStatistics:
-        groups = tuple(c.group.statistics() for c in self._consumers)
+        groups = tuple(c.group.statistics() for c in self._tasks.consumers)
         return DurableStatistics(
             service=self.service,
             consumer=self.rt.consumer,
             running=self._running,
             relay=(self.relay.counters if self.relay else RelayCounters()).snapshot(),
-            janitor=self._janitor.statistics(),
+            janitor=self._tasks.janitor.statistics(),
             groups=groups,
         )
 

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import anyio
 import sqlalchemy as sa
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ..backends.sql import UTCDateTime
+from ..backends.sql import UTCDateTime, migrate_tables
 
 __all__ = [
     "DEFAULT_INBOX",
@@ -37,7 +35,6 @@ DEFAULT_INBOX = "eventbus_inbox"
 metadata = sa.MetaData()
 
 _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")  # SQLite: a rowid alias
-CREATE_ATTEMPTS = 5
 
 
 def outbox_table(name: str = DEFAULT_OUTBOX, meta: sa.MetaData | None = None) -> sa.Table:
@@ -96,20 +93,12 @@ inbox = inbox_table(DEFAULT_INBOX, metadata)
 async def create_durable_tables(
     engine: AsyncEngine, *, tables: tuple[sa.Table, ...] = (outbox, inbox)
 ) -> None:
-    """Create the outbox and inbox tables (and their indexes) that do not exist yet.
+    """Create the outbox and inbox tables (and their indexes) that do not exist yet, and add to
+    existing ones the nullable columns and indexes a newer version added.
 
     The durable transport calls this at start unless told not to; call it from deployment
     code when the application's database user may not run DDL at runtime. Processes starting
     together on a new database race to create the tables: the loser's statement fails, and
-    its next attempt finds them.
+    its next attempt finds them (:func:`~eventbus.backends.sql.migrate_tables`).
     """
-    for attempt in range(1, CREATE_ATTEMPTS + 1):
-        try:
-            async with engine.begin() as conn:
-                for table in tables:
-                    await conn.run_sync(table.create, checkfirst=True)
-            return
-        except sa_exc.DBAPIError:  # "already exists", a duplicate catalog row, a locked file
-            if attempt == CREATE_ATTEMPTS:
-                raise
-            await anyio.sleep(0.05 * attempt)
+    await migrate_tables(engine, tables)

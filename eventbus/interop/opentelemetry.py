@@ -29,12 +29,12 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-try:
-    from opentelemetry import metrics, trace
-except ImportError as exc:  # pragma: no cover - the runtime-only venv checks this module is skipped
-    raise ImportError(
-        "eventbus.interop.opentelemetry needs opentelemetry-api: pip install 'eventbus[otel]'"
-    ) from exc
+from ..extras import missing_extra
+
+if _missing := missing_extra(__name__, "otel"):
+    raise _missing
+
+from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from opentelemetry.trace import (
     Link,

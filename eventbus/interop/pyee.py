@@ -29,18 +29,26 @@ Where the facade differs from pyee, on purpose:
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 import functools
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, Literal, Self, TypeVar, cast, overload
+from typing import Any, Literal, Self, cast
+
+from ..extras import missing_extra
+
+if _missing := missing_extra(__name__, "pyee"):
+    raise _missing
 
 from pyee import EventEmitter
 
 from .._bus import EventBus
 from .._events import Event
-from .._exceptions import EventBusError, ListenerLookupError, PayloadError, UnknownEventError
-from .._listeners import default_listener_name, is_async_callable
+from .._exceptions import EventBusError, PayloadError, UnknownEventError
+from ._pyee_common import PYEE_SPECIAL, call_shape, event_fields
+from ._pyee_common import CallShape as CallShape
+from ._pyee_common import UnsupportedPyeeEventError as UnsupportedPyeeEventError
+from ._pyee_facade import PyeeFacade as PyeeFacade
+from ._pyee_facade import as_pyee as as_pyee
 
 __all__ = [
     "PyeeBridge",
@@ -52,8 +60,6 @@ __all__ = [
     "bridge_to_pyee",
 ]
 
-CallShape = Literal["event", "kwargs"]
-H = TypeVar("H", bound=Callable[..., Any])
 Converter = type[Event] | Callable[..., Event]
 
 # What the bridges are forwarding right now, so that an event is never sent back where it came
@@ -66,9 +72,6 @@ _to: contextvars.ContextVar[tuple[tuple[int, Event], ...]] = contextvars.Context
     "eventbus_pyee_to", default=()
 )
 
-# pyee emits these itself; they are never forwarded, mapped or rejected.
-_PYEE_SPECIAL = frozenset({"error", "new_listener"})
-
 
 class UnmappedEventError(EventBusError, LookupError):
     """A bridged pyee emitter emitted a name that ``mapping`` does not cover."""
@@ -80,20 +83,6 @@ class UnmappedEventError(EventBusError, LookupError):
             f"{', '.join(map(repr, mapped)) or 'none'}); add it to mapping=, "
             "or bridge with unmapped='ignore'"
         )
-
-
-class UnsupportedPyeeEventError(EventBusError, ValueError):
-    """pyee's own ``error`` and ``new_listener`` events have no bus equivalent."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        instead = (
-            "a failing listener is captured as a FailureRecord: read bus.failures, or pass "
-            "EventBus(on_failure=...) to be called with each one"
-            if name == "error"
-            else "inspect bus.listeners(...) instead"
-        )
-        super().__init__(f"pyee's {name!r} event has no equivalent on the bus; {instead}")
 
 
 class PyeeBridge:
@@ -169,7 +158,7 @@ def bridge_from_pyee(
 
 
 def _converter(bus: EventBus, name: str, conv: Converter) -> Callable[..., Event]:
-    if name in _PYEE_SPECIAL:
+    if name in PYEE_SPECIAL:
         raise UnsupportedPyeeEventError(name)
     if isinstance(conv, type) and issubclass(conv, Event):
         cls = conv
@@ -238,7 +227,7 @@ def _guard_emit(emitter: EventEmitter, mapped: list[str]) -> Callable[[], None]:
     """Shadow ``emitter.emit`` with a check; return the step that takes it away again."""
     original = emitter.emit
     active = True
-    allowed = frozenset(mapped) | _PYEE_SPECIAL
+    allowed = frozenset(mapped) | PYEE_SPECIAL
 
     def emit(event: str, *args: Any, **kwargs: Any) -> bool:
         if active and event not in allowed:
@@ -279,7 +268,7 @@ def bridge_to_pyee(
     """
     target = pattern if isinstance(pattern, str) else pattern.__event_name__
     lname = name if name is not None else f"{__name__}:to_pyee[{target}]"
-    spread = _call_shape(call)
+    spread = call_shape(call)
 
     def to_pyee(event: Event) -> None:
         if id(emitter) in _from.get():
@@ -287,7 +276,7 @@ def bridge_to_pyee(
         token = _to.set((*_to.get(), (id(emitter), event)))
         try:
             if spread:
-                emitter.emit(event.event_name, **_fields(event))
+                emitter.emit(event.event_name, **event_fields(event))
             else:
                 emitter.emit(event.event_name, event)
         finally:
@@ -297,162 +286,7 @@ def bridge_to_pyee(
     return PyeeBridge(f"{target!r} -> {type(emitter).__name__}", [lambda: bus.off(target, lname)])
 
 
-def _call_shape(call: str) -> bool:
-    if call not in ("event", "kwargs"):
-        raise ValueError(f"call={call!r} must be 'event' or 'kwargs'")
-    return call == "kwargs"
-
-
-def _fields(event: Event) -> dict[str, Any]:
-    return {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
-
-
-class PyeeFacade:
-    """pyee's call shapes on top of an :class:`~eventbus.EventBus`; see the module docstring.
-
-    Each listener is subscribed under ``<module:qualname>@<event>`` (``#2``, ``#3`` appended
-    when another function already holds that name), so the same function can listen to several
-    events, as in pyee, and its failures are recorded under a stable name.
-    """
-
-    def __init__(self, bus: EventBus, *, call: CallShape = "event") -> None:
-        self.bus = bus
-        self._spread = _call_shape(call)
-        self._names: dict[tuple[str, Callable[..., Any]], str] = {}
-        self._originals: dict[Callable[..., Any], Callable[..., Any]] = {}
-
-    def __repr__(self) -> str:
-        return f"PyeeFacade({self.bus!r})"
-
-    @overload
-    def on(self, event: str | type[Event], /) -> Callable[[H], H]: ...
-    @overload
-    def on(self, event: str | type[Event], f: H, /) -> H: ...
-
-    def on(self, event: str | type[Event], f: H | None = None, /) -> H | Callable[[H], H]:
-        """Subscribe *f* (or decorate): ``@ee.on("order.paid")`` or ``ee.on("order.*", f)``."""
-        if f is None:
-            return self.listens_to(event)
-        return self.add_listener(event, f)
-
-    def listens_to(self, event: str | type[Event]) -> Callable[[H], H]:
-        def decorate(f: H) -> H:
-            return self.add_listener(event, f)
-
-        return decorate
-
-    def add_listener(self, event: str | type[Event], f: H) -> H:
-        self._subscribe(event, f, once=False)
-        return f
-
-    @overload
-    def once(self, event: str | type[Event], /) -> Callable[[H], H]: ...
-    @overload
-    def once(self, event: str | type[Event], f: H, /) -> H: ...
-
-    def once(self, event: str | type[Event], f: H | None = None, /) -> H | Callable[[H], H]:
-        """Like :meth:`on`, removed after its first call."""
-
-        def decorate(fn: H) -> H:
-            self._subscribe(event, fn, once=True)
-            return fn
-
-        return decorate if f is None else decorate(f)
-
-    def _subscribe(self, event: str | type[Event], f: Callable[..., Any], *, once: bool) -> None:
-        key = (_name_of(event), f)
-        if key[0] in _PYEE_SPECIAL:
-            raise UnsupportedPyeeEventError(key[0])
-        current = self._names.get(key)
-        if current is not None and self.bus.listener(current) is not None:
-            return  # pyee keeps one registration per (event, function)
-        base = f"{default_listener_name(f)}@{key[0]}"
-        lname, n = base, 1
-        while self.bus.listener(lname) is not None:
-            n += 1
-            lname = f"{base}#{n}"
-        fn = self._wrap(f) if self._spread else f
-        self.bus.on(key[0], fn, name=lname, once=once)
-        self._names[key] = lname
-        self._originals[fn] = f
-
-    def _wrap(self, f: Callable[..., Any]) -> Callable[[Event], Any]:
-        if is_async_callable(f):
-
-            async def spread_async(event: Event) -> Any:
-                return await f(**_fields(event))
-
-            return spread_async
-
-        def spread(event: Event) -> Any:
-            return f(**_fields(event))
-
-        return spread
-
-    def emit(self, event: str | type[Event], *args: Any, **kwargs: Any) -> bool:
-        """Emit a declared event; return whether any listener was subscribed (as pyee does).
-
-        ``emit(name, **fields)``, ``emit(name, {...})`` and ``emit(name, event)`` all work;
-        listener failures are captured by the bus, not raised (under its default policy).
-        """
-        name = _name_of(event)
-        if name in _PYEE_SPECIAL:
-            raise UnsupportedPyeeEventError(name)
-        if not args:
-            built = self.bus.registry.build(name, kwargs)
-        elif len(args) == 1 and not kwargs and isinstance(args[0], Event | Mapping):
-            arg = args[0]
-            if isinstance(arg, Event):
-                if arg.event_name != name:
-                    raise PayloadError(name, f"emit({name!r}, ...) got a {arg.event_name!r} event")
-                built = arg
-            else:
-                built = self.bus.registry.build(name, arg)
-        else:
-            raise PayloadError(
-                name,
-                f"emit() got {len(args)} positional argument(s); pass the fields as keyword "
-                "arguments, one mapping, or the event itself",
-            )
-        handled = bool(self.bus.listeners(type(built)))
-        self.bus.emit(built)
-        return handled
-
-    def remove_listener(self, event: str | type[Event], f: Callable[..., Any]) -> None:
-        """:raises ListenerLookupError: if *f* is not subscribed to *event* through this facade"""
-        name = _name_of(event)
-        lname = self._names.pop((name, f), None)
-        if lname is None:
-            raise ListenerLookupError(
-                f"{default_listener_name(f)!r} is not subscribed to {name!r} through this facade"
-            )
-        sub = self.bus.listener(lname)
-        if sub is not None:
-            self._originals.pop(sub.fn, None)
-            self.bus.off(name, lname)
-
-    def remove_all_listeners(self, event: str | type[Event] | None = None) -> None:
-        """Remove what this facade subscribed (to *event*, or everywhere); others stay."""
-        only = None if event is None else _name_of(event)
-        for name, f in [k for k in self._names if only is None or k[0] == only]:
-            self.remove_listener(name, f)
-
-    def listeners(self, event: str | type[Event]) -> list[Callable[..., Any]]:
-        """The functions an emit of *event* calls, in order, wildcard listeners included."""
-        return [self._originals.get(sub.fn, sub.fn) for sub in self.bus.listeners(event)]
-
-    def event_names(self) -> set[str]:
-        """Names and patterns this facade has listeners on."""
-        return {name for (name, _), lname in self._names.items() if self.bus.listener(lname)}
-
-
-def as_pyee(bus: EventBus, *, call: CallShape = "event") -> PyeeFacade:
-    """A :class:`PyeeFacade` over *bus*: pyee's call shapes, the bus's semantics.
-
-    :param call: how listeners are called: with the event (default) or ``**fields``
-    """
-    return PyeeFacade(bus, call=call)
-
-
-def _name_of(event: str | type[Event]) -> str:
-    return event if isinstance(event, str) else event.__event_name__
+# Defined in private modules; reprs and tracebacks show the path users import from.
+for _obj in (PyeeFacade, UnsupportedPyeeEventError, as_pyee):
+    _obj.__module__ = __name__
+del _obj

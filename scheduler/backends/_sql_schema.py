@@ -1,5 +1,6 @@
-"""The run table and the job table (portable types; the UTC column type is eventbus's), and
-the in-place migration that adds the columns newer versions need to tables users already have.
+"""The run table, the job table and the paused jobs (portable types; the UTC column type is
+eventbus's), and the in-place migration that adds the columns newer versions need to tables
+users already have.
 
 Changes to an existing table are additive only: a new column is nullable (``NULL`` reads as
 its default), and :func:`create_tables` adds what is missing at start, so a replica of the
@@ -8,18 +9,14 @@ newer version can run beside one of the older.
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Sequence
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from eventbus.backends.sql import UTCDateTime
+from eventbus.backends.sql import UTCDateTime, migrate_tables
 
-__all__ = ["create_tables", "jobs_table", "metadata", "runs_table"]
-
-logger = logging.getLogger("scheduler")
-
+__all__ = ["create_tables", "jobs_table", "metadata", "paused_table", "runs_table"]
 
 metadata = sa.MetaData()
 
@@ -62,28 +59,19 @@ jobs_table = sa.Table(
 )
 
 
-async def create_tables(engine: AsyncEngine) -> None:
-    """Create the run and job tables if they do not exist, and add to existing ones the
-    columns and indexes they lack (each logged at WARNING, once)."""
-    async with engine.begin() as conn:
-        await conn.run_sync(metadata.create_all, checkfirst=True)
-        await conn.run_sync(_migrate)
+paused_table = sa.Table(
+    "scheduler_paused",
+    metadata,
+    # the jobs paused with Scheduler.pause() that are not in scheduler_jobs (written in code):
+    # a row while paused, so every replica sharing the database skips their fires
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("paused_at", UTCDateTime, nullable=False),
+)
 
 
-def _migrate(conn: Connection) -> None:
-    """Add missing nullable columns and missing indexes to the tables that already exist."""
-    inspector = sa.inspect(conn)
-    quote = conn.dialect.identifier_preparer.quote
-    for table in metadata.sorted_tables:
-        present = {c["name"] for c in inspector.get_columns(table.name)}
-        for column in table.columns:
-            if column.name in present:
-                continue
-            assert column.nullable, f"{table.name}.{column.name} must be nullable to be added"
-            kind = column.type.compile(dialect=conn.dialect)
-            conn.execute(
-                sa.text(f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(column.name)} {kind}")
-            )
-            logger.warning("added column %s.%s to the existing table", table.name, column.name)
-        for index in table.indexes:  # IF NOT EXISTS: replicas may race to create it
-            conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
+async def create_tables(engine: AsyncEngine, *, tables: Sequence[sa.Table] | None = None) -> None:
+    """Create the scheduler's tables (or only ``tables``) if they do not exist, and add to
+    existing ones the columns and indexes they lack (each column logged at WARNING, once);
+    replicas starting together retry (:func:`eventbus.backends.sql.migrate_tables`). Other
+    tables are left as they are: a store migrates only its own."""
+    await migrate_tables(engine, metadata.sorted_tables if tables is None else tables)

@@ -34,17 +34,22 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
+from eventbus.extras import missing_extra
+
+if _missing := missing_extra(__name__, "redis"):
+    raise _missing
+
 import anyio
 from anyio.abc import AsyncResource
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 from redis.asyncio.lock import Lock as _RedisPyLock
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import LockError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["RedisLease", "RedisLock", "make_redis_client"]
+from eventbus.backends.redis import check_redis_server
+
+__all__ = ["RedisLease", "RedisLock"]
 
 if TYPE_CHECKING:
     from redis.commands.core import AsyncScript
@@ -52,66 +57,19 @@ if TYPE_CHECKING:
 logger = logging.getLogger("scheduler")
 
 
-def make_redis_client(
-    url: str,
-    *,
-    socket_timeout: float = 5.0,
-    socket_connect_timeout: float = 2.0,
-    max_connections: int = 20,
-    pool_timeout: float = 5.0,
-    retries: int = 0,
-    health_check_interval: float = 30.0,
-) -> Redis:
-    """A Redis client configured for locks: explicit timeouts, a bounded blocking pool, and
-    no automatic retry of commands.
-
-    redis-py 8 retries a failed command (after a ``ConnectionError`` or a timeout) up to 10
-    times by default. Neither error proves the command did not run: the server may have
-    executed it and the reply been lost (a connection dropped or timed out while the reply
-    was on its way). A retried ``SET NX`` then finds the lock it just took and reports it
-    held by someone else, a retried ``INCR`` skips a fencing token, and a retried release
-    reports a lock that was ours as lost. So nothing is retried by default: the error goes
-    to the caller, and the scheduler records it (a ``lock-error`` skip, a renewal retried on
-    its own schedule, an alarm). :class:`RedisLock` resends its own commands only where that
-    is safe (its ``SET NX`` script recognises its own token; the fencing ``INCR``, where a
-    repeat skips a token, which fencing tolerates), and voids what an unanswered command may
-    have taken once Redis answers (:meth:`RedisLock.settle`). After a server restart, a
-    command sent on a pooled connection that died with the old server fails this way once;
-    that connection is then replaced.
-
-    :param url: ``redis://host:port/db``
-    :param socket_timeout: seconds to wait for a reply before ``TimeoutError``
-    :param socket_connect_timeout: seconds to wait for a connection
-    :param max_connections: the pool's size; callers beyond it wait (the pool blocks)
-    :param pool_timeout: seconds to wait for a free connection before an error
-    :param retries: retries after a ``ConnectionError`` or timeout, with a short backoff;
-        keep 0 for a client used by :class:`RedisLock` (see above)
-    :param health_check_interval: seconds of idleness after which a connection is pinged
-        before use, so a connection broken by a restart is found before a command is sent
-    :return: a client that owns its pool; close it with ``await client.aclose()``
-    """
-    retry = (
-        Retry(NoBackoff(), 0)
-        if retries == 0
-        else Retry(ExponentialBackoff(cap=0.5, base=0.05), retries)
-    )
-    pool = BlockingConnectionPool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=pool_timeout,
-        socket_timeout=socket_timeout,
-        socket_connect_timeout=socket_connect_timeout,
-        retry=retry,
-        health_check_interval=health_check_interval,
-    )
-    return Redis.from_pool(pool)
-
-
 class RedisLock(AsyncResource):
     """Mutual exclusion of a job's runs across every replica using the same Redis.
 
     Ownership: the client is the caller's; this class never closes it. :meth:`aclose` (and
     leaving ``async with``) settles what commands with a lost reply may have taken, once.
+
+    Give it a client from :func:`eventbus.backends.redis.make_redis_client`: that client
+    never resends a command whose reply was lost (a resent ``SET NX`` would find the lock it
+    just took and report it held by someone else, a resent ``INCR`` skips a fencing token, a
+    resent release reports a lock that was ours as lost). This class resends its own
+    commands only where that is safe (its ``SET NX`` script recognises its own token; the
+    fencing ``INCR``, where a repeat skips a token, which fencing tolerates), and voids what
+    an unanswered command may have taken once Redis answers (:meth:`settle`).
 
     A command whose reply is lost (a timeout, a dropped connection, a cancelled call) may
     still run, even after the caller gave up on it: a stalled server runs what is in its
@@ -121,20 +79,32 @@ class RedisLock(AsyncResource):
     and in the background of a running :class:`~scheduler.Scheduler`. A lock or claim taken
     by a command nobody heard back from is therefore held no longer than that.
 
-    :param client: an asyncio Redis client, ideally from :func:`make_redis_client`
+    :param client: an asyncio Redis client, ideally from
+        :func:`eventbus.backends.redis.make_redis_client`
     :param prefix: the key prefix (several applications can share one Redis)
     :param owner: who this process is, written into every token so that a ``locked`` skip
         names the holder (default ``host:pid``, the scheduler's default ``replica``)
+    :param check_server: at first use, warn once when the server would lose locks (an
+        evicting ``maxmemory-policy``, no persistence; see
+        :func:`eventbus.backends.redis.check_redis_server`); ``False`` when the caller
+        checked that server already
     """
 
     def __init__(
-        self, client: Redis, *, prefix: str = "scheduler", owner: str | None = None
+        self,
+        client: Redis,
+        *,
+        prefix: str = "scheduler",
+        owner: str | None = None,
+        check_server: bool = True,
     ) -> None:
         self.client = client
         self.prefix = prefix
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
+        self._settling = anyio.Lock()  # one settle at a time: the others wait for it
         self._pending: dict[tuple[str, bytes], int] = {}
         self._scripts: dict[str, AsyncScript] = {}
+        self._unchecked = check_server
 
     def __repr__(self) -> str:
         return f"RedisLock(prefix={self.prefix!r}, owner={self.owner!r})"
@@ -150,7 +120,7 @@ class RedisLock(AsyncResource):
             reached, or it cannot be told whether the lock was taken; the token is then
             remembered and voided once Redis answers
         """
-        await self._settle_first()
+        await self._before_use()
         key, token = self.key(name), self._new_token()
         taken = await self._take(key, token, ttl)
         if not taken.ours:
@@ -171,13 +141,14 @@ class RedisLock(AsyncResource):
         return RedisLease(self, lock, name, fence, replayable=taken.unsure)
 
     async def claim_fire(self, name: str, fire: datetime, *, ttl: float) -> bool:
-        await self._settle_first()
+        await self._before_use()
         epoch_ms = (fire - _EPOCH) // timedelta(milliseconds=1)
         key = f"{self.prefix}:fire:{name}:{epoch_ms}"
         return (await self._take(key, self._new_token(), ttl)).ours
 
     async def holder(self, name: str) -> str | None:
         """The owner named in the token that holds the lock of ``name`` now, if any."""
+        await self._check_first()
         value = await self.client.get(self.key(name))
         if value is None:
             return None
@@ -189,7 +160,14 @@ class RedisLock(AsyncResource):
         """Void what commands with an unknown outcome may have taken; how many remain.
 
         Stops at the first command that gets no answer (Redis is still away); never raises.
+        Settles run one at a time (the scheduler's background settle and a fire's own settle
+        before it takes a lock may overlap): a caller that finds one running waits for it,
+        then settles what is still left.
         """
+        async with self._settling:
+            return await self._settle_pending()
+
+    async def _settle_pending(self) -> int:
         for (key, token), px in list(self._pending.items()):
             try:
                 held = await self._void(key, token, px)
@@ -198,7 +176,7 @@ class RedisLock(AsyncResource):
             except Exception:
                 logger.exception("could not void %r in Redis; will try again", key)
                 break
-            del self._pending[(key, token)]
+            self._pending.pop((key, token), None)
             level = logging.WARNING if held else logging.INFO
             logger.log(
                 level,
@@ -226,9 +204,33 @@ class RedisLock(AsyncResource):
         """How many commands with an unknown outcome wait for :meth:`settle`."""
         return len(self._pending)
 
-    async def _settle_first(self) -> None:
+    async def _before_use(self) -> None:
+        """Settle what earlier calls left unsettled, then check the server at first use."""
         if self._pending:
             await self.settle()
+        await self._check_first()
+
+    async def _check_first(self) -> None:
+        """At first use, warn once if the server would lose locks.
+
+        :raises redis.exceptions.ConnectionError: (or ``TimeoutError``) if the check cannot
+            reach Redis: the call would not have either (it is checked again next time)
+        """
+        if not self._unchecked:
+            return
+        self._unchecked = False  # one check, however many tasks start at once
+        try:
+            await check_redis_server(
+                self.client,
+                purpose="locks",
+                on_unsafe="warn",
+                snapshots_suffice=True,
+                after_loss=_AFTER_LOSS,
+                log=logger,
+            )
+        except BaseException:
+            self._unchecked = True
+            raise
 
     def _new_token(self) -> bytes:
         return f"{self.owner}#{uuid.uuid4().hex}".encode()
@@ -332,6 +334,11 @@ end
 return 0
 """
 
+#: What the first-use warning about the Redis server adds.
+_AFTER_LOSS = (
+    "A lock lost early lets another replica start the same job (its run gets the next fencing "
+    "token)"
+)
 #: errors after which a command may or may not have run on the server
 _UNSURE = (RedisConnectionError, RedisTimeoutError)
 _ATTEMPTS = 3

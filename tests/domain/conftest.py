@@ -8,6 +8,7 @@ below); ``test_counters.py`` picks trio with a virtual clock for the in-process 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import anyio
@@ -19,15 +20,30 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from domain.abc import CounterStore
 from domain.backends.memory import MemoryCounterStore
-from domain.backends.redis import RedisCounterStore, connect
+from domain.backends.redis import RedisCounterStore
 from domain.db import create_tables
 from eventbus import EventBus
+from eventbus.backends.redis import make_redis_client
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
     from domain import App
     from domain.web import WebConfig
+
+
+#: Where :class:`Clock` starts.
+T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
+
+
+class Clock:
+    """An aware UTC wall clock that moves only when a test sets ``now``."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
 
 
 class FakeClock:
@@ -60,7 +76,7 @@ async def engine(tmp_path: object) -> AsyncIterator[AsyncEngine]:
 
 @pytest.fixture
 async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
-    client = connect(redis_url, socket_timeout=2.0)
+    client = make_redis_client(redis_url, decode_responses=True, socket_timeout=2.0)
     yield client
     await client.aclose()
 
@@ -71,7 +87,9 @@ async def store(request: pytest.FixtureRequest, clock: FakeClock) -> AsyncIterat
     if request.param == "memory":
         yield MemoryCounterStore(buckets=4, clock=clock)
         return
-    client = connect(request.getfixturevalue("redis_url"), socket_timeout=2.0)
+    client = make_redis_client(
+        request.getfixturevalue("redis_url"), decode_responses=True, socket_timeout=2.0
+    )
     yield RedisCounterStore(client, buckets=4)
     await client.aclose()
 

@@ -3,7 +3,6 @@ the ``/ops`` mount in :mod:`domain.web`, the view history, and the web demo's da
 
 from __future__ import annotations
 
-import html
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,13 +17,8 @@ from domain.view_history import ViewHistory
 from domain.web import WebConfig, create_app
 from domain.web_demo import seed
 from eventbus.console import LoginSecretError
-from tests.console_support import TOKEN, login, result_banner
+from tests.console_support import TOKEN, login, result_banner, text
 from tests.domain.conftest import domain_app, settle
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture
@@ -37,10 +31,6 @@ def config(tmp_path: Path) -> WebConfig:
 @pytest.fixture
 async def csrf(client: httpx.AsyncClient) -> str:
     return await login(client)
-
-
-def text(response: httpx.Response) -> str:
-    return html.unescape(response.text)
 
 
 # -- the mount ----------------------------------------------------------------------------------
@@ -195,6 +185,13 @@ async def test_schedule_and_cancel_a_publication_from_the_form(
         ),
         pytest.param(
             "/ops/articles/1/schedule", "2001-01-01T00:00", 400, "Not scheduled", id="past"
+        ),
+        pytest.param(  # review finding 4: was a 500 (OverflowError) with a logged traceback
+            "/ops/articles/1/schedule",
+            "0001-01-01T00:00+14:00",
+            400,
+            "publication time '0001-01-01T00:00+14:00' is out of range",
+            id="before-year-1-in-utc",
         ),
         pytest.param(
             "/ops/articles/9/schedule", "2999-01-01T00:00", 400, "Not scheduled", id="unknown"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from domain.web import WebConfig, create_app
 from domain.web_demo import seed
 from tests.console_support import TOKEN, LiveServer, chromium
 from tests.eventbus.console.conftest import Invoicer
+from tests.eventbus.console.test_streams_page import Fragile
 
 pytestmark = pytest.mark.browser
 
@@ -216,6 +217,86 @@ def test_pause_a_job_see_its_fires_skipped_and_trigger_one(person: Operator) -> 
     assert manual_runs() == before + 1
     newest = person.find("table.runs tbody tr").text
     assert "manual" in newest and "succeeded" in newest
+
+
+@pytest.fixture
+def fragile() -> Fragile:
+    return Fragile()
+
+
+@pytest.fixture
+def durable_server(redis_url: str, tmp_path: Path, fragile: Fragile) -> Iterator[LiveServer]:
+    """A bus with ``RedisStreams`` on the suite's redis-server (the domain application has no
+    durable transport) and its console; it publishes one order at start, which the durable
+    listener ``fragile`` gives up on at once (one delivery): a dead letter to replay."""
+    from contextlib import asynccontextmanager
+    from dataclasses import replace
+
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from eventbus import EventBus, MemoryFailureStore
+    from eventbus.console import Console, bus_pages
+    from eventbus.durable import RedisStreams
+    from tests.durable.conftest import FAST
+    from tests.durable.events import REG, OrderPaid
+
+    db = tmp_path / "shop.db"
+    streams = RedisStreams(
+        redis_url,
+        str(db),
+        service="shop",
+        registry=REG,
+        options=replace(FAST, max_deliveries=1),
+    )
+    bus = EventBus(REG, MemoryFailureStore(), durable=streams)
+    bus.on(OrderPaid, fragile, durable=True, name="fragile")
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with bus:
+            async with streams.engine.begin() as conn:
+                await bus.publish(OrderPaid(order_id=1), conn)
+            yield
+
+    console = Console(bus_pages(bus), secret=TOKEN)
+    with LiveServer(Starlette(routes=[Mount("/ops", console)], lifespan=lifespan)) as live:
+        yield live
+
+
+def test_replay_a_dead_letter_on_the_streams_page(
+    browser: Any, durable_server: LiveServer, fragile: Fragile
+) -> None:
+    person = Operator(browser, durable_server)
+    browser.set_window_size(1280, 900)
+    person.errors()
+    person.login()
+    deadline = time.monotonic() + 10
+    while True:  # the relay publishes the order, the listener fails once: dead
+        person.open("/ops/streams")
+        rows = person.find_all("table.dead tbody tr")
+        if rows or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    [row] = rows
+    assert "RuntimeError: cannot handle order 1" in row.text
+    assert person.text("tr[data-group='shop:fragile'] td.dead") == "1"
+    person.shot("streams")
+    fragile.broken = False  # the listener was fixed
+    person.submit(row.find_element(person.by.CSS_SELECTOR, "form[action$='/replay'] button"))
+    assert person.text("#result").startswith("Replayed dead letter ")
+    deadline = time.monotonic() + 10
+    while fragile.handled != [1] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert fragile.handled == [1]
+    person.driver.set_window_size(400, 900)
+    person.open("/ops/streams")
+    assert person.find_all("table.dead") == []
+    assert person.text("tr[data-group='shop:fragile'] td.dead") == "0"
+    overflow = person.driver.execute_script(
+        "return document.documentElement.scrollWidth - window.innerWidth"
+    )
+    assert overflow <= 0
 
 
 PAGES = [

@@ -16,11 +16,12 @@ from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from domain import CounterStatistics, CountsLost
-from domain.backends.redis import RedisCounterStore, check_redis_durability, connect
+from domain.backends.redis import RedisCounterStore
 from domain.db import articles
 from domain.events import catalog
 from domain.views import ArticleViews
 from eventbus import EventBus
+from eventbus.backends.redis import make_redis_client
 from eventbus.testing import RecordingListener
 from tests.redis_server import RedisServer
 
@@ -167,7 +168,9 @@ async def test_every_replica_reports_the_loss_and_normal_work_reports_none(
 ) -> None:
     """The first replica to write after the restart writes a new marker; the others see that
     it is not the one they knew, so they report the loss too instead of adopting it."""
-    clients = [connect(redis_url, socket_timeout=2.0) for _ in range(2)]
+    clients = [
+        make_redis_client(redis_url, decode_responses=True, socket_timeout=2.0) for _ in range(2)
+    ]
     try:
         replicas = [watched_views(RedisCounterStore(c), seeded)[0] for c in clients]
         with anyio.fail_after(20):
@@ -200,63 +203,3 @@ async def test_a_loss_with_no_counter_listening_is_logged_by_the_store(
             await store.record("clicks", [("docs", None)], dedupe_ttl=600)
     assert "the counts of counter 'clicks' are gone" in caplog.text
     assert "3 pending" in caplog.text
-
-
-# -- the durability check at start ---------------------------------------------------------------
-
-
-async def test_a_server_without_persistence_is_warned_about_once(
-    client: Redis, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The session's server runs with ``--save "" --appendonly no``."""
-    with caplog.at_level(logging.WARNING, "domain.backends.redis"), anyio.fail_after(5):
-        risks = await check_redis_durability(client)
-    assert risks == ['no persistence (appendonly no, save ""): a restart empties it']
-    [record] = caplog.records
-    assert record.levelno == logging.WARNING
-    assert "can lose pending counts and locks: no persistence" in record.getMessage()
-    assert "appendonly yes" in record.getMessage()
-
-
-async def test_a_save_schedule_is_persistence_enough(client: Redis) -> None:
-    with anyio.fail_after(5):
-        await client.config_set("save", "3600 1")
-        try:
-            assert await check_redis_durability(client) == []
-        finally:
-            await client.config_set("save", "")
-
-
-async def test_an_evicting_policy_under_a_memory_limit_is_a_risk(client: Redis) -> None:
-    with anyio.fail_after(5):
-        await client.config_set("maxmemory-policy", "allkeys-lru")
-        try:
-            assert len(await check_redis_durability(client)) == 1  # no limit: nothing evicted
-            await client.config_set("maxmemory", "1gb")
-            risks = await check_redis_durability(client)
-        finally:
-            await client.config_set("maxmemory", "0")
-            await client.config_set("maxmemory-policy", "noeviction")
-    assert risks[1] == (
-        "maxmemory-policy allkeys-lru with maxmemory 1.00G: keys are evicted when memory is full"
-    )
-
-
-async def test_a_server_refusing_config_is_judged_from_info(client: Redis, redis_url: str) -> None:
-    """Managed Redis often refuses CONFIG: no snapshot since start then counts as none."""
-    await client.acl_setuser(
-        "no-config", enabled=True, nopass=True, categories=["+@all"], commands=["-config"],
-        keys=["*"], channels=["*"],
-    )  # fmt: skip
-    limited = connect(redis_url.replace("redis://", "redis://no-config@"), socket_timeout=2.0)
-    try:
-        with anyio.fail_after(5):
-            risks = await check_redis_durability(limited)
-    finally:
-        await limited.aclose()
-        await client.acl_deluser("no-config")
-    [risk] = risks
-    assert risk == (
-        "no persistence seen (appendonly no, and no RDB snapshot since it started; CONFIG "
-        "GET save is refused, so the save schedule is unknown)"
-    )

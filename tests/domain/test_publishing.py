@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import anyio
@@ -16,17 +16,8 @@ from domain.events import ArticlePublished, catalog
 from domain.exceptions import ArticleNotFoundError, ScheduleTimeError
 from domain.publishing import Publisher
 from eventbus import EventBus
+from tests.domain.conftest import T0, Clock
 from tests.domain.pause import Pause
-
-T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import collections
 import logging
 import re
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import anyio
 import pytest
@@ -26,16 +26,7 @@ from domain.exceptions import (
 )
 from domain.shortlinks import ShortLinks
 from eventbus import EventBus
-
-T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
+from tests.domain.conftest import T0, Clock
 
 
 def test_codes_are_six_base62_characters_drawn_without_bias() -> None:

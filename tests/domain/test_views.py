@@ -12,17 +12,17 @@ import anyio
 import pytest
 from anyio import wait_all_tasks_blocked
 from anyio.lowlevel import checkpoint
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.asyncio import Redis
 from sqlalchemy import event, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from domain.abc import CounterStore
 from domain.backends.memory import MemoryCounterStore
-from domain.backends.redis import RedisCounterStore, connect
+from domain.backends.redis import RedisCounterStore
 from domain.counters import Counter
 from domain.db import articles, create_tables, flush_ledger, short_links
 from domain.views import ArticleViews
+from eventbus.backends.redis import make_redis_client
 from tests.domain.conftest import FakeClock, advance
 
 N_ARTICLES = 20
@@ -274,9 +274,7 @@ async def test_pre_aggregation_buffers_until_window_or_batch(engine: AsyncEngine
 async def test_redis_paused_during_flush_loses_nothing(
     engine: AsyncEngine, redis_url: str, redis_server: Any
 ) -> None:
-    from domain.backends.redis import connect
-
-    client = connect(redis_url, socket_timeout=0.3)
+    client = make_redis_client(redis_url, decode_responses=True, socket_timeout=0.3)
     try:
         store = RedisCounterStore(client)
         async with engine.begin() as conn:
@@ -310,26 +308,5 @@ async def test_redis_paused_during_flush_loses_nothing(
             assert await views.counts(1, 2) == {1: 6, 2: 2}
             assert await store.staged("views") == []
             assert await store.pending("views") == {}
-    finally:
-        await client.aclose()
-
-
-async def test_the_counter_client_has_a_bounded_pool_and_no_retries(redis_url: str) -> None:
-    """Regression test: ``connect()`` built an unbounded pool, one connection per concurrent
-    request under a burst, unlike the scheduler's client."""
-    client = connect(redis_url, max_connections=2, pool_timeout=0.05)
-    try:
-        with anyio.fail_after(5):
-            pool = client.connection_pool
-            assert isinstance(pool, BlockingConnectionPool)
-            assert pool.max_connections == 2
-            take = pool.get_connection  # untyped in redis-py
-            held = [await take(), await take()]  # type: ignore[no-untyped-call]
-            with pytest.raises(RedisConnectionError, match="No connection available"):
-                await take()  # type: ignore[no-untyped-call]  # waits pool_timeout, then fails
-            assert all(conn.retry.get_retries() == 0 for conn in held)
-            for conn in held:
-                await pool.release(conn)
-            assert await client.ping()
     finally:
         await client.aclose()

@@ -103,6 +103,32 @@ async def test_what_is_not_durable_is_refused_with_the_reason(
         bus.on(OrderPaid, print, durable=True, name="taken")
 
 
+def grant_points(e: OrderPaid) -> None:
+    """A listener subscribed durably under its default name, then in-process."""
+
+
+async def test_listener_names_are_unique_across_durable_and_in_process_listeners(
+    durable_bus: tuple[EventBus, RedisStreams],
+) -> None:
+    from eventbus import DuplicateListenerError
+
+    bus, streams = durable_bus
+    bus.on(OrderPaid, print, durable=True, name="rewards.grant")
+    with pytest.raises(DuplicateListenerError, match="'rewards.grant' is already subscribed"):
+        bus.on(OrderPaid, print, name="rewards.grant")
+    with pytest.raises(DuplicateListenerError, match="'rewards.grant' is already subscribed"):
+        bus.on(Refunded, print, name="rewards.grant")  # another event: still one name
+    bus.on(OrderPaid, grant_points, durable=True)  # its default name, module:qualname
+    default = "tests.durable.test_bus:grant_points"
+    with pytest.raises(DuplicateListenerError, match=f"'{default}' is already subscribed"):
+        bus.on(OrderPaid, grant_points)
+    bus.on(OrderPaid, print, name="local")
+    with pytest.raises(DuplicateListenerError, match="'local' is already subscribed"):
+        bus.on(OrderPaid, grant_points, durable=True, name="local")
+    assert [lst.name for lst in streams.listeners()] == ["rewards.grant", default]
+    assert [lst.name for lst in bus.listeners(OrderPaid)] == ["local"]
+
+
 async def test_a_dead_delivery_goes_to_the_bus_store_and_hook_and_is_retried_by_redelivery(
     make_streams: Factory, engine: AsyncEngine, client: Redis
 ) -> None:
@@ -142,6 +168,74 @@ async def test_a_dead_delivery_goes_to_the_bus_store_and_hook_and_is_retried_by_
         await wait_until(lambda: _resolved(store, rec.id), what="the row resolved")
         assert (await bus.retry_failures()).items == ()  # nothing left
     assert announced[0].failure_id == rec.id
+
+
+async def test_a_publish_from_a_listener_carries_its_emission_s_causality_to_the_failure(
+    make_streams: Factory, engine: AsyncEngine
+) -> None:
+    """An event published while a listener runs was caused by that listener's event: the
+    outbox row, the envelope and the durable listener's failure carry both ids."""
+    from dataclasses import replace
+
+    import sqlalchemy as sa
+
+    from eventbus import current_emission
+    from eventbus.durable import outbox_table
+    from tests.durable.conftest import FAST
+
+    store = MemoryFailureStore()
+    streams = make_streams(options=replace(FAST, max_deliveries=1))
+    bus = EventBus(REG, store, durable=streams)
+    seen: list[tuple[str, str]] = []  # (event id, correlation id) of the refund's emission
+    announced: list[DeadLettered] = []
+
+    @bus.on(Refunded, name="publisher")
+    async def publish_paid(e: Refunded) -> None:
+        emission = current_emission()
+        assert emission is not None
+        seen.append((emission.event_id, emission.correlation_id))
+        async with engine.begin() as conn:
+            await bus.publish(OrderPaid(order_id=e.order_id), conn)
+
+    @bus.on(OrderPaid, durable=True, name="always-fails")
+    async def fail(e: OrderPaid) -> None:
+        raise RuntimeError("no")
+
+    bus.on(DeadLettered, announced.append, name="alarm")
+    async with bus:
+        await bus.emit_async(Refunded(order_id=5))
+        await wait_until(lambda: len(announced) == 1, what="the dead letter")
+    [(refund_id, root)] = seen
+    async with engine.connect() as conn:
+        [row] = (await conn.execute(sa.select(outbox_table()))).mappings().all()
+    assert (row["causation_id"], row["correlation_id"]) == (refund_id, root)
+    [rec] = await store.query()
+    assert rec.listener == "always-fails" and rec.event_id == row["event_id"]
+    assert (rec.causation_id, rec.correlation_id) == (refund_id, root)
+
+
+async def test_a_publish_outside_listeners_has_no_cause_and_starts_its_own_chain(
+    make_streams: Factory, engine: AsyncEngine
+) -> None:
+    from dataclasses import replace
+
+    from tests.durable.conftest import FAST
+
+    store = MemoryFailureStore()
+    bus = EventBus(REG, store, durable=make_streams(options=replace(FAST, max_deliveries=1)))
+    announced: list[DeadLettered] = []
+
+    @bus.on(OrderPaid, durable=True, name="always-fails")
+    async def fail(e: OrderPaid) -> None:
+        raise RuntimeError("no")
+
+    bus.on(DeadLettered, announced.append, name="alarm")
+    async with bus:
+        async with engine.begin() as conn:
+            event_id = await bus.publish(OrderPaid(order_id=6), conn)
+        await wait_until(lambda: len(announced) == 1, what="the dead letter")
+    [rec] = await store.query()
+    assert (rec.event_id, rec.causation_id, rec.correlation_id) == (event_id, None, event_id)
 
 
 async def _any(bus: EventBus, status: FailureStatus) -> bool:

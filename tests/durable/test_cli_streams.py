@@ -24,11 +24,6 @@ from tests.redis_server import free_port
 STREAM = "eventbus:evt:{order.paid}"
 
 
-@pytest.fixture
-def anyio_backend() -> str:  # these tests are sync: main() runs its own event loop
-    return "asyncio"
-
-
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()

@@ -6,6 +6,7 @@ slots on different masters, so one relay batch and one status call span two node
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -153,6 +154,8 @@ async def test_an_evicting_policy_on_any_master_is_refused_at_start(
     third = redis_cluster.nodes[2]
     node = cluster.get_node(host="127.0.0.1", port=third.port)
     assert node is not None
+    # the policy counts under a memory limit only (without one, nothing is evicted)
+    await cluster.config_set("maxmemory", "1gb", target_nodes=node)
     await cluster.config_set("maxmemory-policy", "allkeys-lru", target_nodes=node)
     try:
         streams = transport(cluster, engine)
@@ -161,4 +164,26 @@ async def test_an_evicting_policy_on_any_master_is_refused_at_start(
             async with streams:
                 pass
     finally:
+        await cluster.config_set("maxmemory", "0", target_nodes=node)
         await cluster.config_set("maxmemory-policy", "noeviction", target_nodes=node)
+
+
+async def test_each_master_is_checked_by_the_one_server_check_and_named_in_its_warning(
+    cluster: RedisCluster,
+    redis_cluster: RedisClusterServer,
+    engine: AsyncEngine,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The masters keep nothing on disk (the test servers' settings): the start-up check
+    (eventbus.backends.redis.check_redis_server) warns about each one, by its address, with
+    what durable events do after a loss."""
+    streams = transport(cluster, engine)
+    with caplog.at_level(logging.WARNING, logger="eventbus.redis"):
+        async with streams:
+            pass
+    warned = [r.getMessage() for r in caplog.records if r.name == "eventbus.redis"]
+    assert len(warned) == len(redis_cluster.nodes)
+    for address in redis_cluster.addresses:
+        [line] = [w for w in warned if w.startswith(f"Redis at {address}/0 ")]
+        assert "can lose durable events: no persistence" in line
+        assert "republish(since=...)" in line

@@ -203,3 +203,26 @@ async def test_the_link_to_the_group_survives_an_operator_rewriting_the_note(
         assert [i.result for i in report.items] == ["redelivered"]
         await wait_until(lambda: fragile.handled == [6], what="the redelivery")
         await wait_until(lambda: _status_is(store, rec.id, FailureStatus.RESOLVED), what="resolved")
+
+
+async def test_retry_by_id_redelivers_a_dead_durable_row_whose_note_an_operator_rewrote(
+    make_streams: Factory, engine: AsyncEngine
+) -> None:
+    """Regression test (merge of main): ``retry_failures(ids=...)`` (the console's Retry of one
+    failure) told a dead durable row by its note, so a rewritten note left it skipped as
+    dead."""
+    store = SqlFailureStore(engine)
+    fragile = Fragile()
+    streams = make_streams(options=replace(FAST, max_deliveries=1))
+    bus = EventBus(REG, store, durable=streams)
+    bus.on(OrderPaid, fragile, durable=True, name="fragile")
+    async with bus:
+        await publish(streams, engine, 8)
+        await wait_until(lambda: streams.statistics().group("fragile").dead == 1, what="dead")
+        [rec] = await store.query()
+        await store.update(rec.replace(note="looked at it: the payment API was down"))
+        fragile.fixed = True
+        report = await bus.retry_failures(ids=[rec.id])
+        assert [i.result for i in report.items] == ["redelivered"], report.items
+        await wait_until(lambda: fragile.handled == [8], what="the redelivery")
+        await wait_until(lambda: _status_is(store, rec.id, FailureStatus.RESOLVED), what="resolved")

@@ -11,7 +11,6 @@ from datetime import timedelta
 import pytest
 
 from eventbus import FailureRecord
-from eventbus.backends.redis import make_redis_client
 from eventbus.durable import DeadInfo, DurableOptions, Envelope, EnvelopeError, StreamKeys
 from eventbus.durable._keys import group_name
 from eventbus.durable._link import DurableLink, failure_id, link_of, parse_note
@@ -124,17 +123,6 @@ def test_retry_delays_double_up_to_the_visibility_time() -> None:
     opts = DurableOptions(retry_backoff=1.0, visibility=5.0)
     assert [opts.retry_delay(n) for n in range(1, 6)] == [1.0, 2.0, 4.0, 5.0, 5.0]
     assert opts.settle == 2 * opts.lease
-
-
-async def test_the_client_factory_never_retries_commands() -> None:
-    client = make_redis_client("redis://127.0.0.1:1/0", max_connections=3, socket_timeout=1.5)
-    try:
-        pool = client.connection_pool
-        kwargs = pool.connection_kwargs
-        assert kwargs["socket_timeout"] == 1.5 and pool.max_connections == 3
-        assert kwargs["retry"].get_retries() == 0
-    finally:
-        await client.aclose()
 
 
 def test_importing_eventbus_loads_neither_redis_nor_sqlalchemy() -> None:

@@ -22,3 +22,9 @@ def bus(store: MemoryFailureStore) -> EventBus:
 @pytest.fixture
 def rec() -> Recorder:
     return Recorder()
+
+
+@pytest.fixture
+def virtual(anyio_backend: object) -> bool:
+    """Whether the test runs on a virtual clock (trio's ``MockClock``: time jumps)."""
+    return isinstance(anyio_backend, tuple)

@@ -22,6 +22,7 @@ __all__ = [
     "Recorder",
     "ShortlinkVisited",
     "UserRegistered",
+    "asyncio_or_virtual_trio",
     "converts_cancel",
     "count_plan_builds",
     "explode",
@@ -104,6 +105,15 @@ def count_plan_builds(bus: EventBus) -> list[type[Event]]:
 
     table._build = counting  # type: ignore[method-assign]
     return builds
+
+
+@pytest.fixture(params=["asyncio", "trio-virtual"])
+def asyncio_or_virtual_trio(request: pytest.FixtureRequest) -> object:
+    """A module's ``anyio_backend`` (``anyio_backend = asyncio_or_virtual_trio``): asyncio on
+    tiny real limits; trio on a virtual clock that jumps whenever every task waits."""
+    if request.param == "asyncio":
+        return "asyncio"
+    return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
 
 
 #: Run the test on trio only, on a virtual clock that jumps whenever every task waits.

@@ -13,6 +13,7 @@ from tests.eventbus.helpers import (
     OrderPaid,
     OrderShipped,
     Recorder,
+    asyncio_or_virtual_trio,
     converts_cancel,
     reg,
     swallows_cancel,
@@ -22,12 +23,8 @@ from tests.eventbus.helpers import (
 PAID = OrderPaid(order_id=1, user_id=7)
 
 
-@pytest.fixture(params=["asyncio", "trio-virtual"])
-def anyio_backend(request: pytest.FixtureRequest) -> object:
-    """asyncio on tiny real limits; trio on a virtual clock that jumps whenever all tasks wait."""
-    if request.param == "asyncio":
-        return "asyncio"
-    return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
+#: asyncio on tiny real limits; trio on a virtual clock that jumps whenever every task waits
+anyio_backend = asyncio_or_virtual_trio
 
 
 @pytest.fixture

@@ -125,6 +125,24 @@ def test_same_name_in_two_registries_is_fine() -> None:
     assert a.get("same.name") is InA and b.get("same.name") is InB
 
 
+def test_declare_adds_what_is_missing_and_leaves_a_taken_name_to_its_owner() -> None:
+    """What the scheduler's and the durable transport's lifecycle events go through."""
+    theirs, app = EventRegistry(), EventRegistry()
+
+    class Started(Event, name="lib.started", registry=theirs):
+        pass
+
+    class Stopped(Event, name="lib.stopped", registry=theirs):
+        pass
+
+    class Mine(Event, name="lib.stopped", registry=app):  # the application took the name
+        pass
+
+    assert app.declare([Started, Stopped]) == [Stopped]
+    assert app.declare([Started, Stopped]) == [Stopped]  # safe to repeat
+    assert (app.get("lib.started"), app.get("lib.stopped")) == (Started, Mine)
+
+
 def test_emit_by_name_builds_and_checks_the_payload(bus: EventBus, rec: Recorder) -> None:
     bus.on(OrderPaid, rec.sync("l"))
     bus.emit("order.paid", {"order_id": 1, "user_id": 7})

@@ -237,14 +237,24 @@ async def record_failures(store: FailureStore, *events: Event) -> None:
                 bus.emit(e)
 
 
+def fixed_listener_bus(store: FailureStore) -> tuple[EventBus, Flaky]:
+    """The process that retries: its listener ``flaky`` was fixed (it succeeds now)."""
+    bus = EventBus(reg, store)
+    flaky = Flaky()
+    flaky.failing = False
+    bus.on("**", flaky, name="flaky")
+    return bus, flaky
+
+
+def replace_id(event: OrderPaid, order_id: int) -> OrderPaid:
+    return OrderPaid(order_id=order_id, amount=event.amount, paid_at=event.paid_at, ref=event.ref)
+
+
 async def test_a_retry_that_succeeds_resolves_the_row_with_the_rehydrated_event(
     make_store: Callable[[], FailureStore],
 ) -> None:
     await record_failures(make_store(), PAID)
-    bus = EventBus(reg, make_store())  # the process that retries
-    flaky = Flaky()
-    flaky.failing = False
-    bus.on("**", flaky, name="flaky")
+    bus, flaky = fixed_listener_bus(make_store())
     with anyio.fail_after(10):
         async with bus:
             report = await bus.retry_failures()
@@ -308,3 +318,99 @@ async def test_a_failure_recorded_just_before_a_retry_is_retried(store: FailureS
             report = await bus.retry_failures()  # no flush() in between
             [row] = await bus.failures.query()
     assert report.resolved == 1 and row.status is FailureStatus.RESOLVED
+
+
+async def test_until_and_offset_page_through_the_matching_records_newest_first(
+    store: FailureStore,
+) -> None:
+    with anyio.fail_after(10):
+        for n in range(8):
+            store.record(make_record(n, listener="audit" if n % 2 else "billing"))
+        until = datetime(2026, 1, 1, 0, 6, tzinfo=UTC)  # exclusive: rec 6 and 7 are out
+        assert [r.id for r in await store.query(until=until)] == [
+            f"rec-0000{n}" for n in (5, 4, 3, 2, 1, 0)
+        ]
+        minus7 = until.astimezone(timezone(timedelta(hours=-7)))
+        assert len(await store.query(until=minus7)) == 6
+        since = datetime(2026, 1, 1, 0, 2, tzinfo=UTC)
+        window = await store.query(since=since, until=until, listener="audit")
+        assert [r.id for r in window] == ["rec-00005", "rec-00003"]
+        pages = [await store.query(limit=3, offset=offset) for offset in (0, 3, 6, 9)]
+        assert [[r.id[-1] for r in page] for page in pages] == [
+            ["7", "6", "5"],
+            ["4", "3", "2"],
+            ["1", "0"],
+            [],
+        ]
+        assert [r.id for r in await store.query(listener="billing", limit=2, offset=1)] == [
+            "rec-00004",
+            "rec-00002",
+        ]
+        assert [r.id for r in await store.query(limit=None, offset=6)] == ["rec-00001", "rec-00000"]
+        await store.aclose()
+
+
+async def test_purge_by_ids_deletes_exactly_those(store: FailureStore) -> None:
+    with anyio.fail_after(10):
+        for n in range(5):
+            store.record(make_record(n))
+        assert await store.purge(ids=[]) == 0  # an empty list is no filter at all
+        assert await store.purge(ids=["rec-00001", "rec-00003", "nope", "rec-00001"]) == 2
+        assert [r.id for r in await store.query()] == ["rec-00004", "rec-00002", "rec-00000"]
+        rec = await store.get("rec-00002")
+        assert rec is not None
+        await store.update(rec.replace(status=FailureStatus.RESOLVED))
+        # with another filter: both must match
+        assert await store.purge(ids=["rec-00000", "rec-00002"], status=FailureStatus.RESOLVED) == 1
+        assert [r.id for r in await store.query()] == ["rec-00004", "rec-00000"]
+        many = [f"x-{n}" for n in range(1200)] + ["rec-00004"]  # more than one statement's worth
+        assert await store.purge(ids=many) == 1
+        await store.aclose()
+
+
+async def test_bad_offsets_and_ids_are_refused_naming_the_argument(store: FailureStore) -> None:
+    with anyio.fail_after(10):
+        store.record(make_record(1))
+        for offset in (-1, 1.5, True):
+            with pytest.raises(ValueError, match=r"^offset=.* must be an int >= 0"):
+                await store.query(offset=offset)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"purge\(ids='rec-00001'\): give a list"):
+            await store.purge(ids="rec-00001")
+        with pytest.raises(TypeError, match="every id must be a string, not 7"):
+            await store.purge(ids=[7])  # type: ignore[list-item]
+        assert len(await store.query()) == 1  # nothing lost
+        await store.aclose()
+
+
+async def test_a_retry_by_ids_retries_exactly_those_failures(
+    make_store: Callable[[], FailureStore],
+) -> None:
+    await record_failures(make_store(), PAID, replace_id(PAID, 2), replace_id(PAID, 3))
+    bus, flaky = fixed_listener_bus(make_store())
+    with anyio.fail_after(10):
+        async with bus:
+            third, second, first = await bus.failures.query()
+            await bus.failures.update(third.replace(status=FailureStatus.RESOLVED))
+            report = await bus.retry_failures(ids=[second.id, third.id, "nope"])
+            rows = {r.id: r.status for r in await bus.failures.query()}
+    assert flaky.seen == [replace_id(PAID, 2)]  # the one pending row named, nothing else
+    assert [(i.failure_id, i.result, i.reason) for i in report.items] == [
+        (third.id, "skipped", "it is resolved; only pending failures are retried"),
+        ("nope", "skipped", "no failure has this id"),
+        (second.id, "resolved", None),
+    ]
+    assert rows == {
+        third.id: FailureStatus.RESOLVED,
+        second.id: FailureStatus.RESOLVED,
+        first.id: FailureStatus.PENDING,
+    }
+
+
+async def test_a_retry_by_ids_refuses_a_string_and_other_filters(store: FailureStore) -> None:
+    bus = EventBus(reg, store)
+    with anyio.fail_after(10):
+        with pytest.raises(TypeError, match=r"retry_failures\(ids='abc'\): give a list"):
+            await bus.retry_failures(ids="abc")
+        with pytest.raises(ValueError, match="names the failures itself; drop listener=, limit="):
+            await bus.retry_failures(ids=["abc"], listener="x", limit=3)
+        assert (await bus.retry_failures(ids=[])).items == ()

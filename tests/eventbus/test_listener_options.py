@@ -4,25 +4,22 @@ from __future__ import annotations
 
 import anyio
 import pytest
-import trio.testing
 
 from eventbus import Event, EventBus, FailureRecord, ListenerTimeoutError, MemoryFailureStore
-from tests.eventbus.helpers import OrderPaid, converts_cancel, reg, swallows_cancel, virtual_trio
+from tests.eventbus.helpers import (
+    OrderPaid,
+    asyncio_or_virtual_trio,
+    converts_cancel,
+    reg,
+    swallows_cancel,
+    virtual_trio,
+)
 
 PAID = OrderPaid(order_id=1, user_id=7)
 
 
-@pytest.fixture(params=["asyncio", "trio-virtual"])
-def anyio_backend(request: pytest.FixtureRequest) -> object:
-    """asyncio on tiny real limits; trio on a virtual clock that jumps whenever all tasks wait."""
-    if request.param == "asyncio":
-        return "asyncio"
-    return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
-
-
-@pytest.fixture
-def virtual(anyio_backend: object) -> bool:
-    return anyio_backend != "asyncio"
+#: asyncio on tiny real limits; trio on a virtual clock that jumps whenever every task waits
+anyio_backend = asyncio_or_virtual_trio
 
 
 @pytest.fixture

@@ -347,3 +347,16 @@ async def test_uninstrumented_buses_call_listeners_directly(
 async def test_instrument_refuses_what_is_not_a_bus() -> None:
     with pytest.raises(TypeError, match=r"^instrument\(\) needs an EventBus, got 3"):
         instrument(3)  # type: ignore[arg-type]
+
+
+async def test_counted_calls_and_spans_together(
+    bus: EventBus, telemetry: Telemetry, traced: BusInstrumentation
+) -> None:
+    bus.count_calls = True
+    bus.on(OrderPaid, ok, name="a")
+    bus.emit(PAID)
+    with anyio.fail_after(5):
+        await bus.emit_async(PAID)
+    assert [(s.calls, s.failures) for s in bus.listener_statistics()] == [(2, 0)]
+    assert len(telemetry.spans("eventbus.emit")) == 2
+    assert len(telemetry.spans("eventbus.listener")) == 2

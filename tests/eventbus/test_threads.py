@@ -68,6 +68,35 @@ async def test_emit_from_another_thread_is_refused_while_running(
     assert ran == [threading.get_ident()]  # nothing ran in the other thread
 
 
+async def test_a_bus_run_again_in_another_thread_refuses_the_first_run_s_thread(
+    bus: EventBus,
+) -> None:
+    ran: list[int] = []
+    bus.on(OrderPaid, lambda e: ran.append(threading.get_ident()), name="sync")
+    async with bus:
+        bus.emit(PAID)  # this thread was the loop's
+    started, stop = threading.Event(), threading.Event()
+
+    def run_elsewhere() -> None:
+        async def main() -> None:
+            async with bus:
+                started.set()
+                await anyio.to_thread.run_sync(stop.wait, 10)
+
+        anyio.run(main)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(in_thread, run_elsewhere)
+            assert await in_thread(started.wait, 10)
+            try:
+                with pytest.raises(WrongThreadError):
+                    bus.emit(PAID)
+            finally:
+                stop.set()
+    assert ran == [threading.get_ident()]  # the refused emit ran nothing
+
+
 async def test_emit_async_from_another_loop_thread_is_refused(bus: EventBus) -> None:
     bus.on(OrderPaid, lambda e: None, name="sync")
 

@@ -5,24 +5,13 @@ from __future__ import annotations
 import anyio
 import anyio.lowlevel
 import pytest
-import trio.testing
 from anyio import wait_all_tasks_blocked
 
 from eventbus import Event, EventBus, MemoryFailureStore, UnknownEventError
-from tests.eventbus.helpers import OrderPaid, OrderShipped, Recorder, reg
+from tests.eventbus.helpers import OrderPaid, OrderShipped, Recorder, asyncio_or_virtual_trio, reg
 
-
-@pytest.fixture(params=["asyncio", "trio-virtual"])
-def anyio_backend(request: pytest.FixtureRequest) -> object:
-    """asyncio, and trio on a virtual clock that jumps whenever every task waits."""
-    if request.param == "asyncio":
-        return "asyncio"
-    return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
-
-
-@pytest.fixture
-def virtual(anyio_backend: object) -> bool:
-    return anyio_backend != "asyncio"
+#: asyncio on tiny real limits; trio on a virtual clock that jumps whenever every task waits
+anyio_backend = asyncio_or_virtual_trio
 
 
 async def test_returns_the_first_matching_event_emitted_after_the_call(bus: EventBus) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
@@ -23,18 +23,7 @@ from scheduler import (
     current_trace_id,
 )
 from scheduler.abc import Clock, Lease
-
-T0 = datetime(2024, 1, 1, tzinfo=UTC)
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-def make(**options: object) -> tuple[Scheduler, VirtualClock, MemoryRunStore]:
-    clock = VirtualClock(T0)
-    runs = MemoryRunStore()
-    return Scheduler(clock=clock, runs=runs, **options), clock, runs  # type: ignore[arg-type]
+from tests.scheduler.helpers import T0, at, make
 
 
 async def history(runs: MemoryRunStore, name: str) -> list[tuple[datetime | None, str]]:

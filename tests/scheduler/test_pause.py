@@ -4,7 +4,7 @@ keep the state in the table, so every replica and a restart see it."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 import anyio
 import pytest
@@ -18,12 +18,7 @@ from scheduler import (
     Scheduler,
     VirtualClock,
 )
-
-T0 = datetime(2024, 1, 1, tzinfo=UTC)
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
+from tests.scheduler.helpers import T0, at
 
 
 async def history(runs: MemoryRunStore, name: str) -> list[tuple[datetime | None, str, str]]:

@@ -23,7 +23,7 @@ from scheduler import (
     register_events,
 )
 
-LAZY = ["RedisLock", "SqlJobStore", "SqlRunStore", "make_redis_client"]
+LAZY = ["RedisLock", "SqlJobStore", "SqlRunStore"]
 
 
 def test_import_scheduler_loads_neither_redis_nor_sqlalchemy_until_a_backend_name_is_used() -> None:
@@ -45,7 +45,6 @@ def test_import_scheduler_loads_neither_redis_nor_sqlalchemy_until_a_backend_nam
     ("name", "module"),
     [
         pytest.param("RedisLock", scheduler.backends.redis, id="RedisLock"),
-        pytest.param("make_redis_client", scheduler.backends.redis, id="make_redis_client"),
         pytest.param("SqlRunStore", scheduler.backends.sql, id="SqlRunStore"),
         pytest.param("SqlJobStore", scheduler.backends.sql, id="SqlJobStore"),
     ],

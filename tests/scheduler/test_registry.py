@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import anyio
@@ -19,18 +19,7 @@ from scheduler import (
     Scheduler,
     VirtualClock,
 )
-
-T0 = datetime(2024, 1, 1, tzinfo=UTC)
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-def make(min_interval: float = 60.0) -> tuple[Scheduler, VirtualClock, MemoryRunStore]:
-    clock = VirtualClock(T0)
-    runs = MemoryRunStore()
-    return Scheduler(clock=clock, runs=runs, min_interval=min_interval), clock, runs
+from tests.scheduler.helpers import T0, at, make
 
 
 async def noop(run: RunContext) -> None:

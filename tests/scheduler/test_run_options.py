@@ -4,7 +4,7 @@ stored in run records (issue 15, items 3 to 5)."""
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 
 import anyio
@@ -20,18 +20,7 @@ from scheduler import (
     Scheduler,
     VirtualClock,
 )
-
-T0 = datetime(2024, 1, 1, tzinfo=UTC)
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-def make(**options: object) -> tuple[Scheduler, VirtualClock, MemoryRunStore]:
-    clock = VirtualClock(T0)
-    runs = MemoryRunStore()
-    return Scheduler(clock=clock, runs=runs, **options), clock, runs  # type: ignore[arg-type]
+from tests.scheduler.helpers import T0, at, make
 
 
 async def records(runs: MemoryRunStore, name: str) -> list[RunRecord]:

@@ -4,18 +4,13 @@ test_locks_redis_stall.py)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import anyio
 
 from scheduler import LocalLock, MemoryRunStore, RunContext, Scheduler, VirtualClock
-
-T0 = datetime(2024, 1, 1, tzinfo=UTC)
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
+from tests.scheduler.helpers import T0, at
 
 
 class UnansweredOnce(LocalLock):

@@ -1,4 +1,5 @@
-"""``eventbus.cli``: the one ``--app`` loader and the broken-pipe guard every CLI shares."""
+"""``eventbus.cli``: the one ``--app`` loader, the one-line error, and the broken-pipe guard
+every CLI shares."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from eventbus import EventBus, EventBusError
-from eventbus.cli import EXIT_BROKEN_PIPE, AppLoadError, load_app, quiet_broken_pipe
+from eventbus.cli import (
+    EXIT_BROKEN_PIPE,
+    AppLoadError,
+    describe_error,
+    load_app,
+    positive_int,
+    quiet_broken_pipe,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -91,6 +99,39 @@ def test_every_bad_app_is_one_line_that_names_the_culprit(
     assert "\n" not in text
     assert isinstance(info.value, EventBusError) and isinstance(info.value, ValueError)
     assert info.value.spec == spec
+
+
+@pytest.mark.parametrize(
+    ("error", "line"),
+    [
+        pytest.param(ValueError("bad\nmore"), "ValueError: bad", id="first-line"),
+        pytest.param(RuntimeError(), "RuntimeError", id="no-message"),
+        pytest.param(OSError("  padded  "), "OSError: padded", id="stripped"),
+    ],
+)
+def test_describe_error_is_the_type_and_the_first_line(error: BaseException, line: str) -> None:
+    assert describe_error(error) == line
+
+
+def test_describe_error_names_the_drivers_error_of_a_sqlalchemy_one() -> None:
+    """SQLAlchemy's text adds the statement and every parameter of the batch."""
+    import sqlite3
+
+    import sqlalchemy as sa
+
+    wrapped = sa.exc.OperationalError(
+        "INSERT INTO t VALUES (?)", [("secret",)], sqlite3.OperationalError("database is locked")
+    )
+    assert describe_error(wrapped) == "OperationalError: database is locked"
+    assert "secret" in str(wrapped)  # what the one line leaves out
+
+
+def test_positive_int_takes_whole_numbers_from_one_and_names_anything_else() -> None:
+    assert positive_int("1") == 1 and positive_int("250") == 250
+    with pytest.raises(argparse.ArgumentTypeError, match=r"^'0' must be at least 1$"):
+        positive_int("0")
+    with pytest.raises(argparse.ArgumentTypeError, match=r"^'2\.5' is not an integer$"):
+        positive_int("2.5")
 
 
 def test_quiet_broken_pipe_passes_the_status_and_other_errors_through() -> None:

@@ -5,15 +5,16 @@ from __future__ import annotations
 import html
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 import pytest
 
-from eventbus import EventBus, FailureStatus
+from eventbus import EventBus, FailureRecord, FailureStatus, MemoryFailureStore
 from eventbus.console import Bar, bar_chart, line_chart, time_buckets
 from tests.console_support import login, result_banner
-from tests.eventbus.console.conftest import Invoicer, make_bus
-from tests.eventbus.helpers import OrderPaid, OrderShipped
+from tests.eventbus.console.conftest import Invoicer, console_client, make_bus
+from tests.eventbus.helpers import OrderPaid, OrderShipped, reg
 
 
 @pytest.fixture
@@ -79,6 +80,65 @@ async def test_the_time_filters_keep_what_failed_in_the_window(
     assert rows_of(page) == [ids[1]]
 
 
+async def test_the_correlation_filter_lists_one_chain(
+    bus: EventBus, client: httpx.AsyncClient, csrf: str
+) -> None:
+    @bus.on(OrderPaid, name="tests:ship")
+    def ship(event: OrderPaid) -> None:
+        bus.emit(OrderShipped(order_id=event.order_id))  # fails in tests:label
+
+    bus.emit(OrderPaid(order_id=1, user_id=1))
+    bus.emit(OrderPaid(order_id=2, user_id=1))
+    label, invoice = await bus.failures.query(limit=2)  # the second chain, newest first
+    assert label.correlation_id == invoice.correlation_id == invoice.event_id
+    page = (await client.get("/ops/failures", params={"correlation": invoice.event_id})).text
+    assert rows_of(page) == [label.id, invoice.id]
+
+
+class QueryLog(MemoryFailureStore):
+    """A memory store that notes the keywords of every ``query()``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queries: list[dict[str, object]] = []
+
+    async def query(self, **filters: Any) -> list[FailureRecord]:
+        self.queries.append(filters)
+        return await super().query(**filters)
+
+
+async def test_a_page_of_the_list_reads_one_page_of_rows_through_the_store_filters(
+    invoicer: Invoicer,
+) -> None:
+    store = QueryLog()
+    bus = EventBus(reg, store)
+    bus.on(OrderPaid, invoicer, name="tests:invoice")
+    async with console_client(bus) as (client, _console):
+        await login(client)
+        for order_id in range(120):
+            bus.emit(OrderPaid(order_id=order_id, user_id=1))
+        store.queries.clear()
+        until = "2099-01-01T00:00"
+        params = {"page": "3", "until": until, "correlation": "c" * 32, "event": "order.paid"}
+        assert (await client.get("/ops/failures", params=params)).status_code == 200
+        plain = await client.get("/ops/failures")
+    assert store.queries == [
+        {
+            "status": None,
+            "event": "order.paid",
+            "listener": None,
+            "since": None,
+            "until": datetime(2099, 1, 1, tzinfo=UTC),
+            "correlation": "c" * 32,
+            "limit": 51,
+            "offset": 100,
+        },
+        # no keyword a store of the first Protocol would not know
+        {"status": None, "event": None, "listener": None, "since": None, "limit": 51},
+    ]
+    assert plain.status_code == 200
+
+
 @pytest.mark.parametrize(
     ("params", "message"),
     [
@@ -136,6 +196,66 @@ async def test_the_detail_shows_payload_traceback_and_attempts(
     assert "<dt>Attempts</dt><dd>1</dd>" in page
 
 
+async def test_the_detail_shows_the_causation_chain_first_event_first(
+    bus: EventBus, client: httpx.AsyncClient, csrf: str
+) -> None:
+    @bus.on(OrderPaid, name="tests:ship")
+    def ship(event: OrderPaid) -> None:
+        bus.emit(OrderShipped(order_id=event.order_id))  # whose listener tests:label fails
+
+    bus.emit(OrderPaid(order_id=7, user_id=1))  # tests:invoice fails too
+    label, invoice = await bus.failures.query()
+    assert (label.event_name, invoice.event_name) == ("order.shipped", "order.paid")
+    page = (await client.get(f"/ops/failures/{label.id}")).text
+    chain = re.search(r'<ol class="chain" id="chain">(.*?)</ol>\s*</section>', page, re.S)
+    assert chain is not None
+    links = re.findall(r'<li(?: class="this")?><span class="mono">([^<]+)</span> '
+                       r'<small class="mono">event (\w+)</small>', chain.group(1))  # fmt: skip
+    assert links == [("order.paid", invoice.event_id), ("order.shipped", label.event_id)]
+    assert f'href="/ops/failures/{invoice.id}">tests:invoice</a>' in chain.group(1)
+    assert "<strong>this failure</strong>: tests:label" in chain.group(1)
+    assert f'<dt>Causation id</dt><dd class="mono">{invoice.event_id}</dd>' in page
+
+
+async def test_the_chain_names_what_it_does_not_know(
+    bus: EventBus, client: httpx.AsyncClient, csrf: str, invoicer: Invoicer
+) -> None:
+    invoicer.broken = False  # the first event leaves no failure row
+
+    @bus.on(OrderPaid, name="tests:ship")
+    def ship(event: OrderPaid) -> None:
+        bus.emit(OrderShipped(order_id=event.order_id))
+
+    bus.emit(OrderPaid(order_id=7, user_id=1))
+    [label] = await bus.failures.query()
+    page = (await client.get(f"/ops/failures/{label.id}")).text
+    chain = re.search(r'<ol class="chain" id="chain">(.*?)</ol>', page, re.S)
+    assert chain is not None
+    first, second = re.findall(r"<li(?: class=\"this\")?>(.*?)</li>\n", chain.group(1), re.S)
+    assert f"event {label.causation_id}" in first and "its name is not known" in first
+    assert "order.shipped" in second and "this failure" in second
+
+
+async def test_purge_one_failure_after_a_confirmation(
+    bus: EventBus, client: httpx.AsyncClient, csrf: str
+) -> None:
+    bus.emit(OrderPaid(order_id=1, user_id=7))
+    bus.emit(OrderPaid(order_id=2, user_id=7))
+    newest, oldest = await bus.failures.query()
+    path = f"/ops/failures/{newest.id}/purge"
+    r = await client.post(path, data={"csrf": csrf})
+    assert r.status_code == 400
+    assert "Tick the confirmation box" in r.text
+    r = await client.post(path, data={"csrf": csrf, "confirm": "yes"})
+    assert r.status_code == 303 and r.headers["location"].startswith("/ops/failures?done=")
+    banner = result_banner((await client.get(r.headers["location"])).text)
+    assert banner == f"Purged failure {newest.id} (tests:invoice for order.paid)."
+    assert [r.id for r in await bus.failures.query()] == [oldest.id]
+    r = await client.post(path, data={"csrf": csrf, "confirm": "yes"})
+    assert r.status_code == 404
+    assert "There is no failure with id" in r.text
+
+
 async def test_an_unknown_failure_is_a_404_page(client: httpx.AsyncClient, csrf: str) -> None:
     for failure_id in ["0" * 32, "x" * 500]:
         r = await client.get(f"/ops/failures/{failure_id}")
@@ -167,18 +287,20 @@ async def test_retry_after_the_listener_was_fixed_resolves_the_failure(
     assert "is resolved; only pending failures are retried" in r.text
 
 
-async def test_retry_names_the_other_failures_it_retried(
+async def test_retry_retries_this_failure_only(
     bus: EventBus, client: httpx.AsyncClient, csrf: str, invoicer: Invoicer
 ) -> None:
     bus.emit(OrderPaid(order_id=1, user_id=7))
-    bus.emit(OrderPaid(order_id=2, user_id=7))
-    newest = (await bus.failures.query())[0]
+    bus.emit(OrderPaid(order_id=2, user_id=7))  # the same listener and event, pending too
+    newest, oldest = await bus.failures.query()
+    detail = (await client.get(f"/ops/failures/{newest.id}")).text
+    assert "for this failure only" in detail and "every pending failure" not in detail
     invoicer.broken = False
     r = await client.post(f"/ops/failures/{newest.id}/retry", data={"csrf": csrf})
-    banner = result_banner((await client.get(r.headers["location"])).text)
-    assert banner.endswith(
-        "resolved. 1 other pending failure(s) of the same listener and event: 1 resolved."
-    )
+    page = (await client.get(r.headers["location"])).text
+    assert result_banner(page) == "Retried tests:invoice for order.paid: resolved."
+    assert invoicer.invoiced == [2]
+    assert (await bus.failures.get(oldest.id)).status == FailureStatus.PENDING  # type: ignore[union-attr]
 
 
 async def test_retry_matching_retries_the_filtered_pending_failures(
@@ -279,26 +401,54 @@ async def test_purge_refuses_bad_input_on_both_forms(
 # -- the bus page and the overview --------------------------------------------------------------
 
 
-async def test_the_bus_page_lists_listeners_with_their_failure_counts(
-    bus: EventBus, client: httpx.AsyncClient, csrf: str
+async def test_the_bus_page_lists_listeners_with_their_call_and_failure_counts(
+    bus: EventBus, client: httpx.AsyncClient, csrf: str, invoicer: Invoicer
 ) -> None:
+    assert bus.count_calls  # the page turned counting on
     bus.emit(OrderPaid(order_id=1, user_id=7))
+    invoicer.broken = False
     bus.emit(OrderPaid(order_id=2, user_id=7))
+    await bus.emit_async(OrderPaid(order_id=3, user_id=7))
     bus.emit(OrderShipped(order_id=3))
     page = (await client.get("/ops/bus")).text
-    row = re.search(
-        r'<td class="mono">order.paid</td>\s*<td class="mono"><a[^>]*>tests:invoice</a>.*?</tr>',
-        page,
-        re.S,
-    )
-    assert row is not None
-    assert re.findall(r'<td class="num">(\d*)</td>', row.group(0)) == ["2", "", ""]
-    assert "<dt>Failures since start</dt><dd>3</dd>" in page
+
+    def figures(event: str, listener: str) -> list[str]:
+        row = re.search(
+            rf'<td class="mono">{re.escape(event)}</td>\s*<td class="mono"><a[^>]*>'
+            rf"{re.escape(listener)}</a>.*?</tr>",
+            page,
+            re.S,
+        )
+        assert row is not None, (event, listener)
+        return re.findall(r'<td class="num (?:calls|failures)">(\d+)</td>', row.group(0))
+
+    assert figures("order.paid", "tests:invoice") == ["3", "1"]
+    assert figures("order.shipped", "tests:label") == ["1", "1"]
+    assert "<dt>Failures since start</dt><dd>2</dd>" in page
     assert "<dt>Running</dt><dd>yes</dd>" in page
     assert page.count("<rect") > 48  # the chart: a box per bucket, bars for the failures
     r = await client.get("/ops/bus", params={"window": "1y"})
     assert r.status_code == 400
     assert "window must be one of 1h, 24h, 7d" in r.text
+
+
+async def test_the_bus_page_says_when_the_bus_does_not_count(
+    bus: EventBus, invoicer: Invoicer
+) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from eventbus.console import BusPage, Console
+    from tests.console_support import TOKEN
+
+    bus.count_calls = False
+    console = Console([BusPage(bus, count_calls=False)], secret=TOKEN)
+    transport = httpx.ASGITransport(app=Starlette(routes=[Mount("/ops", console)]))
+    async with bus, httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        await login(client)
+        text = (await client.get("/ops/bus")).text
+    assert bus.count_calls is False
+    assert "does not count calls" in text
 
 
 async def test_the_overview_shows_the_panels(

@@ -13,9 +13,10 @@ from typing import cast
 
 import anyio
 
+from eventbus.backends.redis import make_redis_client
 from scheduler import RunContext, Scheduler
 from scheduler._jobs import CatchUp
-from scheduler.backends.redis import RedisLock, make_redis_client
+from scheduler.backends.redis import RedisLock
 from scheduler.backends.sql import SqlRunStore
 
 

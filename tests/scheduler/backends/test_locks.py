@@ -7,9 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from eventbus.backends.redis import make_redis_client
 from scheduler import LocalLock, VirtualClock
 from scheduler.abc import Lock
-from scheduler.backends.redis import RedisLock, make_redis_client
+from scheduler.backends.redis import RedisLock
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 

@@ -6,27 +6,22 @@ fixed sleep standing in for an assertion); the competition test runs on a virtua
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import anyio
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from eventbus import EventBus, EventRegistry
+from eventbus.backends.redis import make_redis_client
 from scheduler import LockLost, MemoryRunStore, RunContext, Scheduler, VirtualClock
-from scheduler.backends.redis import RedisLock, make_redis_client
+from scheduler.backends.redis import RedisLock
 from tests.redis_server import RedisServer
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
-
-
-@pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[Redis]:
-    client = make_redis_client(redis_url, socket_timeout=2)
-    yield client
-    await client.aclose()
 
 
 async def wait_until_gone(client: Redis, key: str) -> None:
@@ -220,6 +215,59 @@ async def test_fencing_tokens_keep_growing_across_a_redis_restart_without_persis
         await client.aclose()
     assert before == [before[0], before[0] + 1, before[0] + 2]
     assert lease is not None and lease.fence > before[-1]
+
+
+# -- the server check at first use -----------------------------------------------------------
+
+
+async def test_the_lock_warns_once_at_first_use_when_redis_would_lose_locks(
+    client: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The session's server keeps nothing on disk: one WARNING, however many tasks take a
+    lock at once and however often."""
+    lock = RedisLock(client)
+    with caplog.at_level(logging.WARNING, logger="scheduler"), anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for n in range(5):
+                tg.start_soon(functools.partial(lock.acquire, f"job{n}", ttl=5))
+        assert await lock.claim_fire("job0", T0, ttl=5)
+        assert await lock.holder("job1") is not None
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.name == "scheduler"
+    assert "can lose locks: no persistence" in warning.getMessage()
+    assert "another replica start the same job" in warning.getMessage()
+
+
+async def test_a_lock_told_not_to_check_says_nothing(
+    client: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The domain's app checks the server once for its counters and its lock together."""
+    lock = RedisLock(client, check_server=False)
+    with caplog.at_level(logging.WARNING), anyio.fail_after(10):
+        assert await lock.acquire("job", ttl=5) is not None
+    assert caplog.records == []
+
+
+async def test_a_check_that_cannot_reach_redis_is_the_calls_error_and_runs_again(
+    redis_server: RedisServer, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = make_redis_client(redis_url, socket_timeout=0.3)
+    lock = RedisLock(client)
+    try:
+        with anyio.fail_after(10), caplog.at_level(logging.WARNING, logger="scheduler"):
+            redis_server.pause()
+            try:
+                with pytest.raises(RedisTimeoutError):
+                    await lock.acquire("job", ttl=5)
+            finally:
+                redis_server.resume()
+            assert lock.unsettled == 0  # nothing was sent but the check
+            assert caplog.records == []
+            lease = await lock.acquire("job", ttl=5)
+    finally:
+        await client.aclose()
+    assert lease is not None
+    assert ["can lose locks" in r.getMessage() for r in caplog.records] == [True]
 
 
 async def _exists_after_reconnect(client: Redis, key: str) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
 import anyio
@@ -20,19 +21,13 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from eventbus.backends.redis import make_redis_client
 from scheduler import MemoryRunStore, RunContext, Scheduler
-from scheduler.backends.redis import RedisLock, make_redis_client
+from scheduler.backends.redis import RedisLock
 from tests.redis_server import RedisServer
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 UNSURE = (RedisConnectionError, RedisTimeoutError)
-
-
-@pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[Redis]:
-    client = make_redis_client(redis_url, socket_timeout=2)
-    yield client
-    await client.aclose()
 
 
 @pytest.fixture
@@ -141,24 +136,48 @@ async def test_a_voided_token_replayed_late_takes_nothing(client: Redis) -> None
     assert await lock.acquire("job", ttl=30) is not None
 
 
-class HoldingProxy:
-    """A TCP proxy to Redis that holds back the first command mentioning ``marker`` and sends
-    it to the server only after the reply to the *next* such command (on any connection)
-    has reached the client: a read-back served before the command it reads back."""
+class Proxy:
+    """A TCP proxy to the Redis on *port*, listening on a free loopback port; each subclass
+    decides what happens to the commands that mention *marker*."""
 
     def __init__(self, port: int, marker: bytes) -> None:
         self.port = port
         self.marker = marker
-        self.held: bytes | None = None
-        self.released = anyio.Event()
-        self._trigger: object | None = None
-        self._answered = anyio.Event()
 
     async def serve(self, *, task_status: anyio.abc.TaskStatus[int]) -> None:
         listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
         async with listener:
             task_status.started(listener.extra(anyio.abc.SocketAttribute.local_port))
             await listener.serve(self._handle)
+
+    async def _handle(self, downstream: SocketStream) -> None:
+        raise NotImplementedError
+
+
+@asynccontextmanager
+async def through(proxy: Proxy, *, socket_timeout: float) -> AsyncIterator[Redis]:
+    """A client whose connections go through *proxy*, served while the block runs."""
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve)
+        proxied = make_redis_client(f"redis://127.0.0.1:{port}/0", socket_timeout=socket_timeout)
+        try:
+            yield proxied
+        finally:
+            await proxied.aclose()
+        tg.cancel_scope.cancel()
+
+
+class HoldingProxy(Proxy):
+    """Holds back the first command mentioning ``marker`` and sends it to the server only
+    after the reply to the *next* such command (on any connection) has reached the client:
+    a read-back served before the command it reads back."""
+
+    def __init__(self, port: int, marker: bytes) -> None:
+        super().__init__(port, marker)
+        self.held: bytes | None = None
+        self.released = anyio.Event()
+        self._trigger: object | None = None
+        self._answered = anyio.Event()
 
     async def _handle(self, downstream: SocketStream) -> None:
         upstream = await anyio.connect_tcp("127.0.0.1", self.port)
@@ -209,17 +228,11 @@ async def test_a_read_back_served_before_the_delayed_set_does_not_lose_our_lock(
     by a token no run knew)."""
     proxy = HoldingProxy(redis_server.port, b"scheduler:lock:job")
     with anyio.fail_after(15):
-        async with anyio.create_task_group() as tg:
-            port = await tg.start(proxy.serve)
-            proxied = make_redis_client(f"redis://127.0.0.1:{port}/0", socket_timeout=0.5)
-            try:
-                lock = RedisLock(proxied, owner="replica-a")
-                await warm_up(lock)
-                lease = await lock.acquire("job", ttl=30)
-                await proxy.released.wait()
-            finally:
-                await proxied.aclose()
-            tg.cancel_scope.cancel()
+        async with through(proxy, socket_timeout=0.5) as proxied:
+            lock = RedisLock(proxied, owner="replica-a")
+            await warm_up(lock)
+            lease = await lock.acquire("job", ttl=30)
+            await proxy.released.wait()
     assert proxy.held is not None
     assert lease is not None
     assert await client.get(lock.key("job")) == lease.token  # ours, not a stranger's
@@ -231,17 +244,11 @@ async def test_a_read_back_served_before_the_delayed_claim_does_not_lose_the_fir
     """Regression test: the same race on a fire claim made it 'claimed' by nobody."""
     proxy = HoldingProxy(redis_server.port, b"scheduler:fire:job:")
     with anyio.fail_after(15):
-        async with anyio.create_task_group() as tg:
-            port = await tg.start(proxy.serve)
-            proxied = make_redis_client(f"redis://127.0.0.1:{port}/0", socket_timeout=0.5)
-            try:
-                lock = RedisLock(proxied, owner="replica-a")
-                await warm_up(lock)
-                won = await lock.claim_fire("job", T0, ttl=60)
-                await proxy.released.wait()
-            finally:
-                await proxied.aclose()
-            tg.cancel_scope.cancel()
+        async with through(proxy, socket_timeout=0.5) as proxied:
+            lock = RedisLock(proxied, owner="replica-a")
+            await warm_up(lock)
+            won = await lock.claim_fire("job", T0, ttl=60)
+            await proxy.released.wait()
     assert proxy.held is not None
     assert won is True
 
@@ -326,21 +333,13 @@ async def test_replicas_run_the_first_fires_after_a_stall_that_cut_off_an_acquir
 # -- a reply lost on its way back, and a client that never resends on its own -------------
 
 
-class ReplyDropper:
-    """A TCP proxy to Redis that relays the first command containing ``marker`` to the server
-    but closes the client's connection instead of relaying its reply: the server ran it,
-    and the client cannot know."""
+class ReplyDropper(Proxy):
+    """Relays the first command containing ``marker`` to the server but closes the client's
+    connection instead of relaying its reply: the server ran it, and the client cannot know."""
 
     def __init__(self, port: int, marker: bytes) -> None:
-        self.port = port
-        self.marker = marker
+        super().__init__(port, marker)
         self.dropped: list[bytes] = []
-
-    async def serve(self, *, task_status: anyio.abc.TaskStatus[int]) -> None:
-        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-        async with listener:
-            task_status.started(listener.extra(anyio.abc.SocketAttribute.local_port))
-            await listener.serve(self._handle)
 
     async def _handle(self, downstream: SocketStream) -> None:
         upstream = await anyio.connect_tcp("127.0.0.1", self.port)
@@ -371,27 +370,13 @@ async def test_a_lost_set_nx_reply_is_resolved_by_resending_it(
     lock and reported it held by someone else (and the lock stayed held for its TTL)."""
     dropper = ReplyDropper(redis_server.port, b"scheduler:lock:job")
     with anyio.fail_after(10):
-        async with anyio.create_task_group() as tg:
-            port = await tg.start(dropper.serve)
-            proxied = make_redis_client(f"redis://127.0.0.1:{port}/0", socket_timeout=2)
-            try:
-                lock = RedisLock(proxied)
-                warm = await lock.acquire("warm-up", ttl=5)  # loads the scripts
-                assert warm is not None and await warm.release()
-                lease = await lock.acquire("job", ttl=30)
-            finally:
-                await proxied.aclose()
-            tg.cancel_scope.cancel()
+        async with through(dropper, socket_timeout=2) as proxied:
+            lock = RedisLock(proxied)
+            warm = await lock.acquire("warm-up", ttl=5)  # loads the scripts
+            assert warm is not None and await warm.release()
+            lease = await lock.acquire("job", ttl=30)
     assert len(dropper.dropped) == 1
     assert lease is not None
     fence = int(await client.get("scheduler:fence:job") or 0)
     assert lease.fence == fence
     assert await client.get("scheduler:lock:job") == lease.token  # ours
-
-
-def test_the_lock_client_does_not_retry_commands() -> None:
-    """Regression test: make_redis_client retried after a ConnectionError, which can run a
-    command whose reply was lost a second time."""
-    client = make_redis_client("redis://127.0.0.1:1/0")
-    retry = client.connection_pool.connection_kwargs["retry"]
-    assert retry.get_retries() == 0
