@@ -99,7 +99,7 @@ docs: $(STAMP)
 test: $(STAMP) servers lint docs runtime-deps package
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-# The README's screenshots of the console (docs/console-*.png), taken by its browser tests.
+# The screenshots of the console in the README and docs/console.md (docs/console-*.png), taken by its browser tests.
 screenshots: $(STAMP) servers
 	EVENTBUS_SCREENSHOTS=docs $(BIN)/python -m pytest -q -p no:cacheprovider tests/domain/test_console_browser.py
 
