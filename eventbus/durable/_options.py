@@ -14,7 +14,7 @@ class DurableOptions:
 
     Times are in seconds unless a ``timedelta``. The relationships checked here (a lease
     shorter than the publish key's life, retries shorter than the visibility time...) are the
-    ones the guarantees rest on; the README's failure-mode table explains each.
+    ones the guarantees rest on; the failure-mode table of docs/durable.md explains each.
     """
 
     #: a consumer's lease on an entry: renewed every third of it while the listener runs;

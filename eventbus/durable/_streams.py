@@ -4,7 +4,7 @@ Redis Streams to one consumer group per listener.
 Publishing writes an outbox row in the caller's transaction; the relay of any process adds
 committed rows to the event's stream; each durable listener is a consumer group of its
 service (``service:listener``), whose consumers in every replica share the events. See the
-README's "Durable events" for the guarantees and the failure modes.
+docs/durable.md for the guarantees and the failure modes.
 """
 
 from __future__ import annotations
@@ -246,7 +246,7 @@ class RedisStreams(StreamOperations):
         """Check Redis, create the tables, then run the relay, the consumers and the janitor
         in *task_group* until :meth:`aclose`.
 
-        :raises UnsafeRedisError: for an evicting ``maxmemory-policy`` (see the README)
+        :raises UnsafeRedisError: for an evicting ``maxmemory-policy`` (see docs/operations.md)
         :raises RuntimeError: if not on asyncio, or already started
         """
         try:

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 async def cluster(redis_cluster: RedisClusterServer) -> AsyncIterator[RedisCluster]:
-    """A cluster client as the README advises one: no retries of its own, a timeout above
+    """A cluster client as docs/durable.md advises one: no retries of its own, a timeout above
     the blocking reads; every master flushed first."""
     redis_cluster.flushall()
     client = RedisCluster(

@@ -24,9 +24,9 @@ def listen(streams: RedisStreams, n: int, got: set[int]) -> None:
 async def test_a_pool_too_small_for_the_listeners_is_refused_with_what_to_change(
     make_streams: Factory, redis_url: str
 ) -> None:
-    """Regression test: the README's client (20 connections) and 25 durable listeners failed
+    """Regression test: docs/durable.md's client (20 connections) and 25 durable listeners failed
     at start, after the pool's 5 s timeout, with a bare "No connection available"."""
-    client = make_redis_client(redis_url)  # as the README builds it: 20 connections
+    client = make_redis_client(redis_url)  # as docs/durable.md builds it: 20 connections
     try:
         streams = make_streams(redis=client, options=DurableOptions())
         listen(streams, 25, set())
