@@ -15,7 +15,7 @@ SOURCES  := $(shell find eventbus scheduler domain -type f -not -path '*/__pycac
 PACKAGED := pyproject.toml README.md LICENSE CHANGELOG.md \
             $(shell find eventbus scheduler -type f -not -path '*/__pycache__/*')
 
-.PHONY: demo demo-durable test lint bench servers runtime-deps package screenshots clean
+.PHONY: demo demo-durable test lint docs bench servers runtime-deps package screenshots clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -84,15 +84,22 @@ demo: $(STAMP)
 demo-durable: $(STAMP) servers
 	$(BIN)/python -m domain.durable_demo
 
+LINTED := eventbus scheduler domain tests benchmarks docs/_tooling
 lint: $(STAMP)
-	$(BIN)/ruff check eventbus scheduler domain tests benchmarks
-	$(BIN)/ruff format --check eventbus scheduler domain tests benchmarks
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy
 
-test: $(STAMP) servers lint runtime-deps package
+# The site (mkdocs.yml, docs/) into site/: --strict fails on a broken link or anchor, a page
+# left out of the nav, or a docstring whose fields do not match its signature (never --quiet:
+# it hides the warnings from --strict too). A few seconds.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+test: $(STAMP) servers lint docs runtime-deps package
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-# The README's screenshots of the console (docs/console-*.png), taken by its browser tests.
+# The screenshots of the console in the README and docs/console.md (docs/console-*.png), taken by its browser tests.
 screenshots: $(STAMP) servers
 	EVENTBUS_SCREENSHOTS=docs $(BIN)/python -m pytest -q -p no:cacheprovider tests/domain/test_console_browser.py
 
@@ -100,4 +107,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) $(RUNTIME) $(ALL) dist .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(RUNTIME) $(ALL) dist site .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -2,7 +2,7 @@
 
 Question: how much does ``emit()`` / ``await emit_async()`` cost per event compared with calling
 the listeners yourself, and how long does a slow listener hold up the publisher in each mode?
-The second table is the README's semantics table, in milliseconds.
+The second table is the performance page's publisher latency table (docs/performance.md).
 
 Listeners count their calls (a closure increment, in the baseline's loops too), and every
 sample checks the count. Rows with a target (issue 12) say whether they meet it. The "floor"

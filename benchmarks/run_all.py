@@ -1,7 +1,9 @@
 """Run every benchmark script, each in its own process, and keep the JSON results.
 
 What ``make bench`` runs. Each script that exists among :data:`SCRIPTS` runs as
-``python benchmarks/<name>.py --json bench-results/<name>.json`` and prints its tables. The
+``python benchmarks/<name>.py --json bench-results/<name>.json`` and prints its tables; then
+``benchmarks/plots.py`` draws the plots and the results page from the JSON, next to it and in
+``docs/perf/`` (the performance page of the site shows them). The
 whole run must fit in :data:`BUDGET_SECONDS` on a 2-core machine: scripts whose last full run
 (recorded in their JSON) would overflow what is left of the budget are run with ``--quick``,
 re-planned before each script; with no history, :data:`EXPECTED_SECONDS` is the estimate. A
@@ -111,6 +113,10 @@ def main() -> int:
             print(f"# {name}: stopped after {timeout:.0f} s (the whole run must fit in 5 minutes)")
             failed.append(name)
     print(f"\n# all benchmarks: {time.monotonic() - start:.0f} s; results in {args.out}/")
+    if subprocess.run(
+        [sys.executable, str(HERE / "plots.py"), "--results", str(args.out)]
+    ).returncode:
+        failed.append("plots")
     if failed:
         print(f"# FAILED: {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -29,6 +29,7 @@ from eventbus.console import (
     parse_datetime,
     parse_int,
 )
+from eventbus.console.sql import SqlSessionRevocations
 from scheduler.console import scheduler_pages
 
 from .app import App
@@ -250,7 +251,9 @@ class ConsoleMount:
             await response(scope, receive, send)
             return
         if self._built is None or self._built[0] is not app:
-            console = domain_console(app, public_url=self.public_url, **self.options)
+            # logouts in the app's database: every replica on it refuses a logged-out cookie
+            options = {"revocations": SqlSessionRevocations(app.engine), **self.options}
+            console = domain_console(app, public_url=self.public_url, **options)
             if self._built is not None:  # keep the action log across restarts of the app
                 console.audit = self._built[1].audit
             self._built = (app, console)

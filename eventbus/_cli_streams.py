@@ -1,10 +1,12 @@
-"""``python -m eventbus streams status|pending|dead|replay|republish``: operate durable events.
+"""``python -m eventbus streams ACTION``: operate durable events (``status``, ``pending``,
+``dead``, ``replay``, ``republish``, ``declare``, ``forget``, ``backfill``, ``redrive``).
 
 Every command takes ``--redis`` (default ``$EVENTBUS_REDIS``, else ``redis://127.0.0.1:6379/0``)
-and ``--prefix``; ``status`` and ``republish`` also read the outbox through ``--db`` (the same
-rule as ``failures``). Nothing here needs the application's code: streams are found by
-``SCAN``, envelopes are shown as stored. Exit codes as for ``failures``: 0 success, 1 Redis or
-the database failed, 2 bad usage. Redis and SQLAlchemy are imported only when a command runs.
+and ``--prefix``; ``status``, ``republish``, ``backfill`` and ``redrive`` also read the outbox
+(``redrive`` the failure table too) through ``--db`` (the same rule as ``failures``). Nothing
+here needs the application's code: streams are found by ``SCAN``, envelopes are shown as
+stored. Exit codes as for ``failures``: 0 success, 1 Redis or the database failed, 2 bad
+usage. Redis and SQLAlchemy are imported only when a command runs.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ def add_streams_parser(
     common.add_argument(
         "--redis",
         metavar="URL",
-        help=f"the Redis URL (default: $EVENTBUS_REDIS, else {DEFAULT_REDIS})",
+        help=f"the Redis URL, redis+cluster://HOST:PORT for a Redis Cluster "
+        f"(default: $EVENTBUS_REDIS, else {DEFAULT_REDIS})",
     )
     common.add_argument("--prefix", default="eventbus", help="the key prefix (default: eventbus)")
     common.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -85,6 +88,41 @@ def add_streams_parser(
     p.add_argument("--event", action="append", metavar="NAME", help="only this event (repeat)")
     p.set_defaults(handler=_republish)
 
+    p = sub.add_parser(
+        "declare",
+        parents=[common],
+        help="register a group before its service first runs (the janitor keeps its events)",
+    )
+    p.add_argument("event", metavar="EVENT", help="the event name")
+    p.add_argument("--group", required=True, metavar="GROUP", help="service:listener")
+    p.set_defaults(handler=_declare)
+
+    p = sub.add_parser("forget", parents=[common], help="retire a group: unregister and destroy it")
+    p.add_argument("event", metavar="EVENT", help="the event name")
+    p.add_argument("--group", required=True, metavar="GROUP", help="service:listener")
+    p.set_defaults(handler=_forget)
+
+    p = sub.add_parser(
+        "backfill",
+        parents=[common, db],
+        help="hand one group the events its stream no longer holds, from the outbox",
+    )
+    p.add_argument("event", metavar="EVENT", help="the event name")
+    p.add_argument("--group", required=True, metavar="GROUP", help="service:listener")
+    p.add_argument("--since", type=when, required=True, metavar="WHEN", help="ISO time or 2h")
+    p.set_defaults(handler=_backfill)
+
+    p = sub.add_parser(
+        "redrive",
+        parents=[common, db],
+        help="hand a pending durable failure whose redelivery was lost back to its group",
+    )
+    p.add_argument("ids", nargs="+", metavar="ID", help="failure ids (or unique prefixes)")
+    p.add_argument(
+        "--force", action="store_true", help="even if its redelivery is still on its way"
+    )
+    p.set_defaults(handler=_redrive)
+
 
 class StreamsInputError(Exception):
     """Bad input found after argparse (printed as one line by the caller, exit code 2)."""
@@ -118,9 +156,14 @@ def _transport(args: argparse.Namespace, *, db: bool) -> RedisStreams:
 async def _run(args: argparse.Namespace, work: Callable[[RedisStreams], Awaitable[int]]) -> int:
     from redis.exceptions import RedisError
 
-    streams = _transport(args, db=args.action in ("status", "republish") and not _no_db(args))
+    streams = _transport(
+        args,
+        db=args.action in ("status", "republish", "backfill", "redrive") and not _no_db(args),
+    )
     try:
         return await work(streams)
+    except ValueError as exc:  # a group or event name that cannot be one
+        raise StreamsInputError(str(exc)) from None
     except RedisError as exc:
         print(f"error: Redis failed: {describe_error(exc)}", file=sys.stderr)
         return EXIT_ERROR
@@ -166,6 +209,11 @@ async def _status(args: argparse.Namespace) -> int:
                 for g in s.groups
             ]
             _table(("  GROUP", "CONSUMERS", "PENDING", "LAG", "REDELIVERY", "LAST DELIVERED"), rows)
+            if s.absent_groups:
+                print(
+                    f"  registered, not created: {', '.join(s.absent_groups)} "
+                    "(the janitor keeps the outbox's retention of entries for them)"
+                )
         return EXIT_OK
 
     return await _run(args, work)
@@ -252,6 +300,67 @@ async def _republish(args: argparse.Namespace) -> int:
             _print_json({"republished": n})
         else:
             print(f"{n} outbox row{'s' if n != 1 else ''} will be published again by the relays")
+        return EXIT_OK
+
+    return await _run(args, work)
+
+
+async def _declare(args: argparse.Namespace) -> int:
+    async def work(streams: RedisStreams) -> int:
+        new = await streams.declare_group(args.event, args.group)
+        if args.json:
+            _print_json({"declared": args.group, "new": new})
+        else:
+            state = "declared" if new else "already registered"
+            print(f"group {args.group} {state} for {args.event}")
+        return EXIT_OK
+
+    return await _run(args, work)
+
+
+async def _forget(args: argparse.Namespace) -> int:
+    async def work(streams: RedisStreams) -> int:
+        found = await streams.forget_group(args.event, args.group)
+        if args.json:
+            _print_json({"forgotten": args.group, "found": found})
+        else:
+            state = "forgotten" if found else "was not registered and has no group"
+            print(f"group {args.group} of {args.event} {state}")
+        return EXIT_OK
+
+    return await _run(args, work)
+
+
+async def _backfill(args: argparse.Namespace) -> int:
+    async def work(streams: RedisStreams) -> int:
+        n = await streams.backfill(args.event, args.group, since=args.since)
+        if args.json:
+            _print_json({"backfilled": n})
+        else:
+            print(f"{n} event{'s' if n != 1 else ''} handed to group {args.group}")
+        return EXIT_OK
+
+    return await _run(args, work)
+
+
+async def _redrive(args: argparse.Namespace) -> int:
+    from ._cli import _find, _open
+
+    async def work(streams: RedisStreams) -> int:
+        store = await _open(args.db)
+        streams.failures = streams.rt.failures = store
+        out: list[dict[str, str | None]] = []
+        try:
+            for key in args.ids:
+                rec = await _find(store, key)
+                entry = await streams.redrive(rec, force=args.force)
+                out.append({"failure": rec.id, "group": rec.durable_group, "entry": entry})
+                if not args.json:
+                    print(f"{rec.id[:12]}  handed back to {rec.durable_group} as entry {entry}")
+        finally:
+            await store.aclose()
+        if args.json:
+            _print_json(out)
         return EXIT_OK
 
     return await _run(args, work)

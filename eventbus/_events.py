@@ -264,10 +264,12 @@ class _EventMeta(type):
 class Event(metaclass=_EventMeta):
     """Base class of every event: a past-tense fact with a typed, immutable payload.
 
-    :param name: the dotted name the event is emitted and subscribed under
-    :param registry: where to declare it (default: the module-level ``default_registry``)
-    :param durable: it may be published across processes (``await bus.publish(e, conn)``,
-        see :mod:`eventbus.durable`); it can still be emitted in-process as any event
+    Declared with class keywords, ``class OrderPaid(Event, name="order.paid")``:
+
+    * ``name``: the dotted name the event is emitted and subscribed under
+    * ``registry``: where to declare it (default: the module-level ``default_registry``)
+    * ``durable``: it may be published across processes (``await bus.publish(e, conn)``,
+      see :mod:`eventbus.durable`); it can still be emitted in-process as any event
     """
 
     __slots__ = ()

@@ -66,6 +66,15 @@ class FailureRecord:
     causation_id: str | None = None
     #: the event id of the first emission of the chain (this record's own for a first one)
     correlation_id: str | None = None
+    #: a durable listener's delivery (``None`` for in-process failures): its consumer group
+    #: (``service:listener``), the stream and entry it was read from, Redis' delivery count
+    #: when it died, and the outbox sequence of the event; what ``failures retry`` and
+    #: ``streams redrive`` hand the event back with (the ``note`` says it in words)
+    durable_group: str | None = None
+    durable_stream: str | None = None
+    durable_entry: str | None = None
+    durable_deliveries: int | None = None
+    durable_seq: int | None = None
 
     @classmethod
     def from_exception(
@@ -181,6 +190,7 @@ _set_note = _setters["note"]
 _set_causation = _setters["causation_id"]
 _set_correlation = _setters["correlation_id"]
 _set_traceback = _slot.__set__
+_set_durable = tuple(v for k, v in _setters.items() if k.startswith("durable_"))
 
 
 def _new_record(
@@ -212,6 +222,8 @@ def _new_record(
     _set_note(rec, None)
     _set_causation(rec, None)
     _set_correlation(rec, None)
+    for set_durable in _set_durable:
+        set_durable(rec, None)
     return rec
 
 

@@ -10,7 +10,7 @@ A row that cannot be retried (its listener is gone, its event type is no longer 
 its payload was not encodable or no longer fits) stays ``pending`` with the reason in its
 ``note``, and is reported as skipped: an operator can fix the code and retry again.
 
-A dead row of a durable listener (its note starts with :data:`DURABLE_NOTE`) is not called
+A dead row of a durable listener (:func:`is_durable`) is not called
 here: it is handed back to its consumer group (``redelivered``), whose consumers in the
 service's processes run it again; its row stays ``pending`` until one of them succeeds.
 """
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from ._bus import EventBus
     from ._listeners import Listener
 
-__all__ = ["DURABLE_NOTE", "RetryItem", "RetryReport", "retry_failures"]
+__all__ = ["DURABLE_NOTE", "RetryItem", "RetryReport", "is_durable", "retry_failures"]
 
 logger = logging.getLogger("eventbus.retry")
 
@@ -44,6 +44,12 @@ RetryResult = Literal["resolved", "failed", "dead", "skipped", "redelivered"]
 
 #: how the note of a durable listener's failure row begins (``durable group=... entry=...``)
 DURABLE_NOTE = "durable "
+
+
+def is_durable(rec: FailureRecord) -> bool:
+    """A durable listener's row: its ``durable_group`` column, or (a row written before the
+    column existed) its note."""
+    return rec.durable_group is not None or (rec.note or "").startswith(DURABLE_NOTE)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -164,7 +170,7 @@ async def retry_failures(
             if correlation is None
             else dead_query(limit=limit, correlation=correlation)
         )
-        rows += [r for r in dead if (r.note or "").startswith(DURABLE_NOTE)]
+        rows += [r for r in dead if is_durable(r)]
         rows.sort(key=lambda r: r.last_failed_at, reverse=True)
     return RetryReport(tuple([await _retry_logged(bus, rec, max_attempts) for rec in rows[::-1]]))
 
@@ -178,9 +184,7 @@ async def _retry_ids(bus: EventBus, ids: list[str], max_attempts: int) -> RetryR
         if rec is None:
             items.append(RetryItem(fid, "", "", "skipped", 0, "no failure has this id"))
         elif rec.status is FailureStatus.PENDING or (
-            bus.durable is not None
-            and rec.status is FailureStatus.DEAD
-            and (rec.note or "").startswith(DURABLE_NOTE)
+            bus.durable is not None and rec.status is FailureStatus.DEAD and is_durable(rec)
         ):
             rows.append(rec)
         else:
@@ -208,7 +212,7 @@ async def _retry_logged(bus: EventBus, rec: FailureRecord, max_attempts: int) ->
 
 
 async def _retry_one(bus: EventBus, rec: FailureRecord, max_attempts: int) -> RetryItem:
-    if (rec.note or "").startswith(DURABLE_NOTE):
+    if is_durable(rec):
         return await _redeliver(bus, rec)
     reason = _why_not_retryable(bus, rec)
     if reason is None:
@@ -286,7 +290,10 @@ async def _redeliver(bus: EventBus, rec: FailureRecord) -> RetryItem:
     already (redelivered before, awaiting the outcome) and are left as they are."""
     durable = bus.durable
     if rec.status is not FailureStatus.DEAD or durable is None:
-        reason = "a durable delivery redelivered to its group, awaiting the outcome"
+        reason = (
+            "a durable delivery redelivered to its group, awaiting the outcome (if that "
+            f"redelivery was lost: python -m eventbus streams redrive {rec.id})"
+        )
         if durable is None:
             reason = "a durable listener's failure, and this bus has no durable transport"
         return RetryItem(rec.id, rec.event_name, rec.listener, "skipped", rec.attempts, reason)

@@ -40,6 +40,7 @@ from ._jobs import JobOptions as JobOptions
 from ._loop import Scheduler as Scheduler
 from ._loop import SchedulerStatistics as SchedulerStatistics
 from ._records import RunRecord as RunRecord
+from ._registry import PauseScope as PauseScope
 from ._triggers import AtTrigger as AtTrigger
 from ._triggers import CronTrigger as CronTrigger
 from ._triggers import IntervalTrigger as IntervalTrigger
@@ -70,6 +71,7 @@ __all__ = [
     "LockLostError",
     "MemoryJobStore",
     "MemoryRunStore",
+    "PauseScope",
     "RedisLock",
     "RunCancelledError",
     "RunContext",

@@ -2,7 +2,8 @@
 
 ``jobs`` reads the jobs of a scheduler (``--app``, with the job table it loads) or of the
 job table alone (``--db``); ``pause`` and ``resume`` change the paused state of a job of the
-job table, which every replica reads at each fire.
+job table, or (``--app``) of a job written in code whose scheduler keeps it in a SQL run
+store; every replica reads it at each fire.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ._cli_common import (
 )
 from ._cron import CronExpression
 from ._jobs import JobDefinition
+from ._loop import Scheduler
 from ._records import RunRecord
 from ._triggers import AnyTrigger, CronTrigger
 from .abc import RunStore
@@ -67,15 +69,16 @@ def add_jobs(subparsers: Subparsers) -> None:
 
 def add_pause_resume(subparsers: Subparsers) -> None:
     for verb, help_text in (
-        ("pause", "pause a job of the job table on every replica"),
-        ("resume", "resume a paused job of the job table"),
+        ("pause", "pause a job on every replica"),
+        ("resume", "resume a paused job on every replica"),
     ):
         p = subparsers.add_parser(
             verb,
             help=help_text,
             description=f"{help_text[0].upper()}{help_text[1:]}: its state is stored in the "
-            "job table (scheduler_jobs), and every replica reads it at each fire. Fires "
-            "skipped while paused are not replayed.",
+            "job table (scheduler_jobs) for its jobs, or, with --app, for a job written in "
+            "code, in the scheduler's SQL run store (scheduler_paused); every replica reads it "
+            "at each fire. Fires skipped while paused are not replayed.",
         )
         p.add_argument("name", metavar="NAME", help="the job's name")
         _add_source(p)
@@ -235,14 +238,11 @@ async def _store_paused(args: argparse.Namespace, paused: bool) -> bool:
         sched = load_scheduler(args.app)
         try:
             source = sched._job_source
-            if not (hasattr(source, "set_paused") and hasattr(source, "is_paused")):
-                raise InputError(
-                    f"--app {args.app!r} keeps no job table (job_source=); pause and resume "
-                    "change jobs kept there (a job written in code is paused with "
-                    "sched.pause() in its own process)"
-                )
-            table = cast(_PausableSource, source)
-            return await _flip(table, args.name, paused, f"--app {args.app!r}")
+            if hasattr(source, "set_paused") and hasattr(source, "is_paused"):
+                table = cast(_PausableSource, source)
+                if await table.is_paused(args.name) is not None or args.name not in sched._jobs:
+                    return await _flip(table, args.name, paused, f"--app {args.app!r}")
+            return await _flip_code_job(sched, args.name, paused, args.app)
         finally:
             await close_app(sched)
     import sqlalchemy as sa
@@ -260,6 +260,24 @@ async def _store_paused(args: argparse.Namespace, paused: bool) -> bool:
             raise InputError(f"{where!r} has no job table (scheduler_jobs) to pause jobs in")
         # create=True: a job table of an older version gets its 'paused' column first
         return await _flip(SqlJobStore(engine), args.name, paused, repr(where))
+
+
+async def _flip_code_job(sched: Scheduler, name: str, paused: bool, app: str) -> bool:
+    """Pause or resume a job written in code, where its scheduler keeps the paused state."""
+    if name not in sched._jobs:
+        names = [repr(j.name) for j in sched.jobs()]
+        known = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if names[10:] else "")
+        raise InputError(f"no job named {name!r} in --app {app!r}; known jobs: {known or 'none'}")
+    if sched.pause_scope(name) == "process":
+        raise InputError(
+            f"--app {app!r} keeps the paused state of {name!r} in its own process (its run "
+            "store is kept in memory): pause it there (the console, or sched.pause()), or "
+            "give the scheduler a SqlRunStore"
+        )
+    job = sched.get(name)
+    was = await sched.is_paused(job)
+    await (sched.pause if paused else sched.resume)(name)
+    return was
 
 
 async def _flip(table: _PausableSource, name: str, paused: bool, where: str) -> bool:

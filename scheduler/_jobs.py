@@ -42,6 +42,9 @@ class JobOptions(TypedDict, total=False):
 class Job:
     """A registered job: what to run, when, and under which options.
 
+    Durations (``lock_ttl``, ``misfire_grace``, ``timeout``, ``jitter``) are finite numbers of
+    seconds, at most 366 days; ``lock_ttl`` is at least a millisecond.
+
     :param name: unique within a scheduler; also the lock key and the run table's task_name
     :param fn: ``async def fn(run: RunContext)``; what it returns is stored in the run record
     :param trigger: when it fires
@@ -64,7 +67,9 @@ class Job:
         once, or run ``"all"`` in order, at most ``max_catch_up``
     :param max_catch_up: how many missed fires ``catch_up="all"`` runs; the rest are skipped
         with one WARNING and one run record
-    :param paused: fires are recorded as skipped (``paused``) until :meth:`Scheduler.resume`
+    :param paused: fires are recorded as skipped (``paused``) until :meth:`Scheduler.resume`;
+        the state this process last read or set (``Scheduler.is_paused`` reads where it is
+        kept, see ``Scheduler.pause_scope``)
     :param stored: the job comes from the job table, where its paused state lives
     :param last_run: the latest record this scheduler wrote for it (a ``claimed`` skip aside)
     """
@@ -89,15 +94,20 @@ class Job:
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a job needs a non-empty name=")
-        _positive("lock_ttl", self.lock_ttl)
+        _check_name(self.name)
+        _seconds("lock_ttl", self.lock_ttl, positive=True)
+        if self.lock_ttl < MIN_LOCK_TTL:
+            raise ValueError(
+                f"lock_ttl={self.lock_ttl!r} must be at least {MIN_LOCK_TTL} seconds (a "
+                "millisecond: Redis keeps a lock's time to live in milliseconds)"
+            )
         _count("max_running", self.max_running)
         _count("max_catch_up", self.max_catch_up)
         if self.timeout is not None:
-            _positive("timeout", self.timeout)
-        if self.misfire_grace is not None and not self.misfire_grace >= 0:
-            raise ValueError(f"misfire_grace={self.misfire_grace!r} must be zero or more seconds")
-        if not (isinstance(self.jitter, int | float) and self.jitter >= 0):
-            raise ValueError(f"jitter={self.jitter!r} must be zero or more seconds")
+            _seconds("timeout", self.timeout, positive=True)
+        if self.misfire_grace is not None:
+            _seconds("misfire_grace", self.misfire_grace)
+        _seconds("jitter", self.jitter)
         if self.catch_up not in get_args(CatchUp):
             choices = ", ".join(repr(c) for c in get_args(CatchUp))
             raise ValueError(f"catch_up={self.catch_up!r} must be one of {choices}")
@@ -128,9 +138,40 @@ class Job:
         return self.max_running if self.wait_for_completion else None
 
 
-def _positive(name: str, value: object) -> None:
-    if not (isinstance(value, int | float) and value > 0 and math.isfinite(value)):
+def _check_name(name: str) -> None:
+    """A name every backend can keep: the run table, Redis keys, PostgreSQL (whose text holds
+    neither NUL nor a lone surrogate), the console's pages."""
+    if "\x00" in name:
+        raise ValueError(f"job name {name!r} contains a NUL character; no database keeps it")
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"job name {name!r} is not valid Unicode text (a lone surrogate); UTF-8 cannot "
+            "encode it"
+        ) from None
+
+
+#: the longest duration an option takes (a year): a lock's TTL, a timeout, a grace, a jitter
+MAX_SECONDS = 366 * 24 * 3600
+#: the shortest lock_ttl: Redis keeps TTLs in whole milliseconds
+MIN_LOCK_TTL = 0.001
+
+
+def _seconds(name: str, value: object, *, positive: bool = False) -> None:
+    """A finite duration from zero (or, ``positive``, above it) to :data:`MAX_SECONDS`: an
+    infinite jitter never fires, an infinite TTL is an error at every fire on Redis, and a
+    ``bool`` is no duration."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name}={value!r} must be a number of seconds")
+    if not math.isfinite(value):
+        raise ValueError(f"{name}={value!r} must be a finite number of seconds")
+    if positive and value <= 0:
         raise ValueError(f"{name}={value!r} must be a positive number of seconds")
+    if value < 0:
+        raise ValueError(f"{name}={value!r} must be zero or more seconds")
+    if value > MAX_SECONDS:
+        raise ValueError(f"{name}={value!r} must be at most {MAX_SECONDS:,} seconds (366 days)")
 
 
 def _count(name: str, value: object) -> None:

@@ -5,6 +5,9 @@ Two orders. A scheduled fire claims first, then takes the lock: the claim decide
 replica runs the fire, and a held lock skips it (runs of one job do not overlap). A
 catch-up fire takes the lock first, waiting for it, then claims: replicas walking the same
 backlog then run each missed fire once, in order, and none is lost to a ``locked`` skip.
+A claim lives about ``lock_ttl``, and a long backlog outlasts it: so under the lock, a
+catch-up fire first asks the run table whether a run of it already began (runs are recorded
+as they start, under the lock), and only then claims.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+import anyio
+
 from ._jobs import Job
-from .abc import Clock, Lease, Lock
+from .abc import Clock, Lease, Lock, RunStore
 
 __all__ = ["LockStep", "slots"]
 
@@ -29,12 +34,58 @@ class LockStep:
     """
 
     def __init__(
-        self, lock: Lock, clock: Clock, *, claim_ttl: float, unsure: Callable[[], None]
+        self,
+        lock: Lock,
+        clock: Clock,
+        *,
+        claim_ttl: float,
+        unsure: Callable[[], None],
+        runs: RunStore,
     ) -> None:
         self.lock = lock
         self.clock = clock
         self.claim_ttl = claim_ttl
         self.unsure = unsure
+        self.runs = runs
+
+    async def take(
+        self, job: Job, fire: datetime | None, *, catching_up: bool
+    ) -> tuple[Lease | None, str | None, datetime]:
+        """Claim and lock in the order the fire needs: the lease (or ``None``), ``"claimed"``
+        if another replica has the fire, and when the acquire that won began at the latest."""
+        if fire is None or not catching_up:
+            if fire is not None and not await self.claim(job, fire):
+                return None, "claimed", self.clock.now()
+            began = self.clock.now()
+            return await self.acquire(job), None, began
+        lease = await self.acquire_waiting(job)
+        began = self.clock.now()  # the winning try began before this: a safe bound
+        if lease is None:
+            return None, None, began
+        try:
+            # A replica that waited long for the lock may find the fire's claim expired
+            # although another ran it: the run table, read under the lock, tells.
+            won = not await self._fire_started(job.name, fire) and await self.claim(job, fire)
+        except BaseException:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await self.release_quietly(job.name, lease)
+            raise
+        if not won:
+            await self.release_quietly(job.name, lease)
+            return None, "claimed", began
+        return lease, None, began
+
+    async def _fire_started(self, name: str, fire: datetime) -> bool:
+        """Whether the run table has a run of this fire (``False`` if the store cannot say:
+        the claim decides alone then)."""
+        started = getattr(self.runs, "fire_started", None)
+        if started is None:
+            return False
+        try:
+            return bool(await started(name, fire))
+        except Exception:
+            logger.exception("job %r: could not read the run table; the claim decides", name)
+            return False
 
     async def claim(self, job: Job, fire: datetime) -> bool:
         # a claim outlives the latest moment a replica may still run the fire: its grace,

@@ -153,6 +153,9 @@ class Scheduler(JobRegistry):
             for control in self._active.get(job.name, ()):
                 control.cancel("job removed")
 
+    def _pause_store(self) -> object:
+        return self.runs
+
     def _recorded(self, record: RunRecord) -> None:
         job = self._jobs.get(record.task_name)
         if job is not None:
@@ -223,7 +226,7 @@ class Scheduler(JobRegistry):
         if await self.is_paused(job):
             base = self._runner.new_record(job.name, kind, scheduled_at)
             detail = f"the job is paused; resume it with resume({job.name!r})"
-            await self._runner.skip(base, "paused", detail)
+            await self._runner.skip_fire(job, base, "paused", detail)  # one record per fire
             return
         if job.jitter and not catching_up:
             with anyio.CancelScope() as delay:

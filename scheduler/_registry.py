@@ -3,7 +3,7 @@ and the paused state.
 
 :class:`Scheduler` inherits it and hears of every change through two hooks, so the registry
 holds no timer or run logic: it validates, keeps the jobs by name, and keeps the paused state
-of jobs from the job table in that table.
+where every replica reads it (the job table for its jobs, else the run store).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import itertools
 import logging
 from collections.abc import Callable
 from datetime import datetime
-from typing import Unpack
+from typing import Literal, Unpack
 
 from ._cron import CronExpression
 from ._exceptions import IntervalTooShortError, JobLookupError
@@ -21,9 +21,12 @@ from ._jobs import Job, JobDefinition, JobFunction, JobOptions
 from ._triggers import AnyTrigger, AtTrigger, CronTrigger, IntervalTrigger, TimeoutTrigger
 from .abc import JobSource
 
-__all__ = ["JobRegistry"]
+__all__ = ["JobRegistry", "PauseScope"]
 
 logger = logging.getLogger("scheduler")
+
+#: where a job's paused state is kept: see :meth:`JobRegistry.pause_scope`
+PauseScope = Literal["job table", "run table", "process"]
 
 
 class JobRegistry:
@@ -201,8 +204,10 @@ class JobRegistry:
     async def pause(self, name: str) -> None:
         """Keep the job's schedule, but record its fires as skipped (``paused``).
 
-        For a job from the job table the state is written there first, so every replica,
-        the CLI and a restart see it; for other jobs it holds in this process.
+        The state is written first where every replica reads it at each fire (see
+        :meth:`pause_scope`): the job table for its jobs (the CLI's ``pause`` too), the run
+        store for the others (a ``SqlRunStore``: every replica on its database, and a
+        restart). With a store kept in memory it holds in this process only.
 
         :raises JobLookupError: if no job has that name
         """
@@ -215,25 +220,53 @@ class JobRegistry:
         """
         await self._set_paused(self.get(name), False)
 
+    def pause_scope(self, name: str) -> PauseScope:
+        """Where the paused state of job ``name`` is kept, so who sees a pause:
+
+        * ``"job table"``: a job loaded from the job table; every replica, the CLI, a restart
+        * ``"run table"``: the run store keeps it (``SqlRunStore``); every replica that shares
+          the store's database, and a restart
+        * ``"process"``: this process only (a ``MemoryRunStore``, or a store that cannot keep
+          it): other replicas go on running the job, and a restart forgets the pause
+
+        :raises JobLookupError: if no job has that name
+        """
+        job = self.get(name)
+        if job.stored and getattr(self._job_source, "set_paused", None) is not None:
+            return "job table"
+        store = self._pause_store()
+        if hasattr(store, "set_job_paused") and not getattr(store, "in_process", False):
+            return "run table"
+        return "process"
+
+    def _pause_store(self) -> object:
+        """Hook: the run store, which keeps the paused state of jobs not in the job table."""
+        return None
+
     async def _set_paused(self, job: Job, paused: bool) -> None:
-        store = getattr(self._job_source, "set_paused", None) if job.stored else None
-        if store is not None:
-            await store(job.name, paused)  # first: if the table cannot be written, nothing changed
+        table = getattr(self._job_source, "set_paused", None) if job.stored else None
+        write = table if table is not None else getattr(self._pause_store(), "set_job_paused", None)
+        if write is not None:
+            await write(job.name, paused)  # first: if it cannot be written, nothing changed
         job.paused = paused
         logger.info("job %r %s", job.name, "paused" if paused else "resumed")
 
     async def is_paused(self, job: Job) -> bool:
-        """Whether ``job`` is paused now: read from the job table for its jobs (another
-        replica or the CLI may have changed it), else the flag in this process."""
+        """Whether ``job`` is paused now, read where its state is kept (another replica or
+        the CLI may have changed it; see :meth:`pause_scope`), else the flag in this
+        process. If that store cannot be read, the last state known (with a WARNING)."""
         read = getattr(self._job_source, "is_paused", None) if job.stored else None
+        where = "the job table"
+        if read is None:
+            read, where = getattr(self._pause_store(), "job_paused", None), "the run store"
         if read is not None:
             try:
                 stored: bool | None = await read(job.name)
             except Exception:
                 logger.warning(
-                    "job %r: could not read its paused state from the job table; using the "
-                    "last known (%s)",
+                    "job %r: could not read its paused state from %s; using the last known (%s)",
                     job.name,
+                    where,
                     "paused" if job.paused else "not paused",
                     exc_info=True,
                 )

@@ -84,7 +84,9 @@ class Runner:
         self.locking = (
             None
             if lock is None
-            else LockStep(lock, self.clock, claim_ttl=self.claim_ttl, unsure=self._unsure)
+            else LockStep(
+                lock, self.clock, claim_ttl=self.claim_ttl, unsure=self._unsure, runs=self.runs
+            )
         )
 
     def _unsure(self) -> None:
@@ -112,6 +114,21 @@ class Runner:
             )
         )
         return rec
+
+    async def skip_fire(self, job: Job, base: RunRecord, reason: str, detail: str) -> RunRecord:
+        """Record a scheduled fire that will not run, once across replicas: the one that wins
+        the fire's claim records ``reason``, the others a ``claimed`` skip (as for a fire
+        that runs). If the claim cannot be made, this replica records it all the same."""
+        if self.locking is not None and base.scheduled_at is not None:
+            try:
+                won = await self.locking.claim(job, base.scheduled_at)
+            except Exception:
+                logger.exception("job %r: the lock backend failed", job.name)
+                self.unsure()
+            else:
+                if not won:
+                    return await self.skip(base, "claimed", "another replica took this fire")
+        return await self.skip(base, reason, detail)
 
     def new_record(self, name: str, kind: TriggerKind, scheduled_at: datetime | None) -> RunRecord:
         return RunRecord(
@@ -148,7 +165,9 @@ class Runner:
         acquired_at = self.clock.now()
         if self.locking is not None:
             try:
-                lease, reason, acquired_at = await self._take_lock(base, job, catching_up)
+                lease, reason, acquired_at = await self.locking.take(
+                    job, base.scheduled_at, catching_up=catching_up
+                )
             except Exception as exc:
                 logger.exception("job %r: the lock backend failed", name)
                 self.unsure()
@@ -171,33 +190,6 @@ class Runner:
                 if lease is not None:
                     await self._release_quietly(name, lease)
             raise
-
-    async def _take_lock(
-        self, base: RunRecord, job: Job, catching_up: bool
-    ) -> tuple[Lease | None, str | None, datetime]:
-        """Claim and lock in the order the fire needs: the lease (or ``None``), ``"claimed"``
-        if another replica has the fire, and when the acquire that won began at the latest."""
-        assert self.locking is not None
-        fire = base.scheduled_at
-        if fire is None or not catching_up:
-            if fire is not None and not await self.locking.claim(job, fire):
-                return None, "claimed", self.clock.now()
-            began = self.clock.now()
-            return await self.locking.acquire(job), None, began
-        lease = await self.locking.acquire_waiting(job)
-        began = self.clock.now()  # the winning try began before this: a safe bound
-        if lease is None:
-            return None, None, began
-        try:
-            won = await self.locking.claim(job, fire)
-        except BaseException:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await self._release_quietly(job.name, lease)
-            raise
-        if not won:
-            await self._release_quietly(job.name, lease)
-            return None, "claimed", began
-        return lease, None, began
 
     async def _release_quietly(self, name: str, lease: Lease) -> None:
         assert self.locking is not None

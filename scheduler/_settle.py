@@ -6,6 +6,7 @@ that a lock taken by an unanswered command is voided as soon as the backend answ
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -13,6 +14,8 @@ import anyio
 from .abc import Clock, Lock
 
 __all__ = ["SETTLE_RETRY", "Settler"]
+
+logger = logging.getLogger("scheduler")
 
 #: seconds between attempts to settle a lock whose backend did not answer
 SETTLE_RETRY = 0.1
@@ -45,13 +48,23 @@ class Settler:
             await self._wanted.wait()
             self._wanted = anyio.Event()
             self._working = True
-            while await self._settle():
+            while await self._try_settle():
                 await self._clock.sleep(SETTLE_RETRY)
             self._working = False
+
+    async def _try_settle(self) -> int:
+        """One settle; an error (a lock's bug) is logged and counted as "something left", so
+        that it is tried again: this task must not end the scheduler's task group."""
+        assert self._settle is not None
+        try:
+            return await self._settle()
+        except Exception:
+            logger.exception("could not settle %r; trying again", self._lock)
+            return 1
 
     async def last_try(self, seconds: float = 1.0) -> None:
         """At exit: one short, shielded attempt if anything is still unsettled (what remains
         after it expires by its TTL)."""
         if self._settle is not None and (self._working or self._wanted.is_set()):
             with anyio.CancelScope(shield=True), anyio.move_on_after(seconds):
-                await self._settle()
+                await self._try_settle()

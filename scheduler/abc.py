@@ -102,6 +102,15 @@ class RunStore(Protocol):
       before ``now`` as ``abandoned`` and returns how many.
     * ``last_scheduled(task)`` is the latest ``scheduled_at`` of the task's records, whatever
       their status (catch-up after downtime starts after it), or ``None``.
+    * Optional: ``async fire_started(task, scheduled_at) -> bool``, whether a run of that
+      fire began (a record of it that is not a skip). Catch-up reads it once it holds the
+      job's lock, so that a fire whose claim expired while replicas walked a long backlog
+      is not run twice; without it, the claim alone decides (as the first version did).
+    * Optional: ``async set_job_paused(task, paused)`` and ``async job_paused(task) -> bool``,
+      the paused state of the jobs that are not in a job table, kept where every replica
+      sharing the store reads it at each fire (``Scheduler.pause``); and ``in_process =
+      True`` on a store whose contents other processes do not see (``MemoryRunStore``).
+      Without them, a pause holds in its process only.
     * Queries return newest first.
     * ``aclose()`` releases what the store built (an engine from a URL), never what it was
       given. (The stores of this package are also async context managers that close on exit.)

@@ -10,10 +10,12 @@ Needs the ``web`` extra. ``scheduler_pages(sched)`` gives both.
 
 from __future__ import annotations
 
+import base64
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, get_args
+from urllib.parse import quote
 
 from eventbus.extras import missing_extra
 
@@ -38,8 +40,9 @@ from eventbus.console import (
 from ._exceptions import JobLookupError
 from ._loop import Scheduler
 from ._records import RunRecord, RunStatus
+from ._registry import PauseScope
 
-__all__ = ["JobsPage", "RunsPage", "scheduler_pages"]
+__all__ = ["JobsPage", "RunsPage", "job_path", "scheduler_pages"]
 
 _TEMPLATES = ("scheduler", "console_templates")
 _STATUSES: tuple[str, ...] = get_args(RunStatus)
@@ -47,6 +50,39 @@ _PER_PAGE = 50
 _MAX_RUNS = 5_000
 _CHART_RUNS = 60
 _NEXT_FIRES = 3
+
+
+#: who a pause reaches, by where the paused state is kept (``Scheduler.pause_scope``)
+_SCOPES: dict[PauseScope, str] = {
+    "job table": "every replica, and after a restart: kept in the job table",
+    "run table": "every replica that shares the run table's database, and after a restart",
+    "process": "this process only: other replicas go on running the job, and a restart "
+    "forgets the pause (the run store keeps no shared state; give the scheduler a "
+    "SqlRunStore)",
+}
+
+
+def job_path(name: str) -> str:
+    """The console path of job ``name``: ``/jobs/`` and the name, percent-encoded, when a URL
+    path carries it unchanged; else ``/jobs/~`` and its UTF-8 in base64url (a segment ``.``
+    or ``..`` is resolved away by clients, a line break matches no route, and a name starting
+    with ``~`` would read as encoded)."""
+    segments = name.split("/")
+    if name.startswith("~") or "\n" in name or any(s in (".", "..") for s in segments):
+        encoded = base64.urlsafe_b64encode(name.encode()).decode("ascii").rstrip("=")
+        return f"/jobs/~{encoded}"
+    return "/jobs/" + quote(name, safe="/")
+
+
+def _job_name(segment: str) -> str | None:
+    """The job name in a path made by :func:`job_path`; ``None`` if it cannot be one."""
+    if not segment.startswith("~"):
+        return segment
+    text = segment[1:]
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+    except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
+        return None
 
 
 def _run_duration(run: RunRecord) -> float | None:
@@ -135,14 +171,20 @@ class JobsPage:
         return rows
 
     async def index(self, request: PageRequest) -> Response:
-        return request.render("scheduler_jobs.html", rows=await self._rows(), utc=UTC)
+        return request.render(
+            "scheduler_jobs.html", rows=await self._rows(), utc=UTC, job_path=job_path
+        )
 
     def _job(self, request: PageRequest) -> Any:
-        name = str(request.path_params["name"])
+        segment = str(request.path_params["name"])
+        name = _job_name(segment)
         try:
+            if name is None:
+                raise JobLookupError(segment)
             return self.sched.get(name)
         except JobLookupError:
-            raise ActionError(f"There is no job named {name[:200]!r}.", status=404) from None
+            shown = segment if name is None else name
+            raise ActionError(f"There is no job named {shown[:200]!r}.", status=404) from None
 
     async def detail(self, request: PageRequest) -> Response:
         job = self._job(request)
@@ -151,7 +193,9 @@ class JobsPage:
         return request.render(
             "scheduler_job.html",
             job=job,
+            job_path=job_path,
             paused=await self.sched.is_paused(job),
+            pause_scope=_SCOPES[self.sched.pause_scope(job.name)],
             fires=[(f, f.astimezone(UTC)) for f in fires],
             runs=runs,
             durations={r.id: _run_duration(r) for r in runs},
@@ -168,7 +212,7 @@ class JobsPage:
         return Done(
             f"Ran {job.name} now: {_run_outcome(run)}{took}.",
             target=job.name,
-            back=request.url(f"/jobs/{job.name}"),
+            back=request.url(job_path(job.name)),
         )
 
     async def pause(self, request: PageRequest) -> Done:
@@ -176,8 +220,13 @@ class JobsPage:
         if await self.sched.is_paused(job):
             raise ActionError(f"Job {job.name!r} is already paused.")
         await self.sched.pause(job.name)
+        where = (
+            "in this process only (other replicas go on running it; a restart forgets it)"
+            if self.sched.pause_scope(job.name) == "process"
+            else "on every replica"
+        )
         return Done(
-            f"Paused {job.name}: its fires are recorded as skipped until it is resumed.",
+            f"Paused {job.name} {where}: its fires are recorded as skipped until it is resumed.",
             target=job.name,
             back=request.url("/jobs"),
         )
@@ -245,6 +294,7 @@ class RunsPage:
         return request.render(
             "scheduler_runs.html",
             status=400 if errors else 200,
+            job_path=job_path,
             errors=errors,
             runs=shown,
             durations={r.id: _run_duration(r) for r in shown},

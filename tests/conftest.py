@@ -1,4 +1,5 @@
-"""Session-wide fixtures: the anyio backends, a throwaway redis-server and PostgreSQL.
+"""Session-wide fixtures: the anyio backends, a throwaway redis-server, Redis Cluster and
+PostgreSQL.
 
 Core tests run on asyncio and trio (the default ``anyio_backend`` below); modules that touch
 SQL or Redis override ``anyio_backend`` to return ``"asyncio"``.
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.postgres_server import PostgresNotInstalled, PostgresServer
+from tests.redis_cluster import RedisClusterServer
 from tests.redis_server import RedisServer
 
 
@@ -36,6 +38,14 @@ def redis_url(redis_server: RedisServer) -> str:
     redis_server.resume()
     redis_server.flushall()
     return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterServer]:
+    """A throwaway three-master Redis Cluster, built only when a test first asks for it (about
+    two seconds), removed at the end of the session."""
+    with RedisClusterServer() as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")

@@ -30,9 +30,12 @@ class RedisServer:
 
     :param appendonly: keep an append-only file (``appendfsync always``), so that a restart,
         even after ``crash()``, loses nothing; the session's server keeps none
+    :param extra: more command-line options (a cluster node's, see ``tests.redis_cluster``)
     """
 
-    def __init__(self, port: int | None = None, *, appendonly: bool = False) -> None:
+    def __init__(
+        self, port: int | None = None, *, appendonly: bool = False, extra: tuple[str, ...] = ()
+    ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError(
@@ -44,6 +47,7 @@ class RedisServer:
         self.dir = tempfile.mkdtemp(prefix="eventbus-redis-")
         self.proc: subprocess.Popen[bytes] | None = None
         self.appendonly = appendonly
+        self.extra = extra
 
     @property
     def url(self) -> str:
@@ -67,6 +71,7 @@ class RedisServer:
                 self.dir,
                 "--daemonize",
                 "no",
+                *self.extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -27,6 +27,15 @@ __all__ = [
 
 DEFAULT_TABLE = "eventbus_failures"
 
+#: a durable delivery's link to its group and stream (``FailureRecord.durable_*``)
+DURABLE_COLUMNS = (
+    "durable_group",
+    "durable_stream",
+    "durable_entry",
+    "durable_deliveries",
+    "durable_seq",
+)
+
 metadata = sa.MetaData()
 
 
@@ -63,6 +72,11 @@ def failure_table(name: str = DEFAULT_TABLE, meta: sa.MetaData | None = None) ->
         # added after the first release: nullable, added in place (add_missing_columns)
         sa.Column("causation_id", sa.String(64), nullable=True),
         sa.Column("correlation_id", sa.String(64), nullable=True),
+        sa.Column("durable_group", sa.String(255), nullable=True),
+        sa.Column("durable_stream", sa.String(512), nullable=True),
+        sa.Column("durable_entry", sa.String(64), nullable=True),
+        sa.Column("durable_deliveries", sa.Integer(), nullable=True),
+        sa.Column("durable_seq", sa.BigInteger(), nullable=True),
         sa.Index(f"ix_{name}_status_seq", "status", "seq"),
         sa.Index(f"ix_{name}_correlation_seq", "correlation_id", "seq"),
         sa.Index(f"ix_{name}_event_seq", "event_name", "seq"),
@@ -112,6 +126,7 @@ def _row(rec: FailureRecord) -> dict[str, Any]:
         "note": rec.note,
         "causation_id": rec.causation_id,
         "correlation_id": rec.correlation_id,
+        **{name: getattr(rec, name) for name in DURABLE_COLUMNS},
     }
 
 
@@ -135,4 +150,5 @@ def _record(row: Any) -> FailureRecord:
         note=row["note"],
         causation_id=row.get("causation_id"),
         correlation_id=row.get("correlation_id"),
+        **{name: row.get(name) for name in DURABLE_COLUMNS},
     )

@@ -46,6 +46,9 @@ from ._pages import Panel as Panel
 from ._pages import View as View
 from ._security import AuthCallable as AuthCallable
 from ._security import LoginSecretError as LoginSecretError
+from ._sessions import LoginThrottle as LoginThrottle
+from ._sessions import MemorySessionRevocations as MemorySessionRevocations
+from ._sessions import SessionRevocations as SessionRevocations
 from ._streams_page import StreamsPage as StreamsPage
 
 __all__ = [
@@ -62,9 +65,12 @@ __all__ = [
     "Done",
     "FailuresPage",
     "LoginSecretError",
+    "LoginThrottle",
     "MemoryAuditLog",
+    "MemorySessionRevocations",
     "PageRequest",
     "Panel",
+    "SessionRevocations",
     "StreamsPage",
     "View",
     "bar_chart",

@@ -8,10 +8,9 @@ applies the rules of :mod:`._pages` (read-only, CSRF, the action log) before the
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import jinja2
 from starlette.applications import Starlette
@@ -21,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ._audit import AuditLog, AuditOutcome, MemoryAuditLog
 from ._login import Login, cookie_path
@@ -33,8 +32,16 @@ from ._security import (
     Session,
     SessionSigner,
     check_login_secret,
+    check_session_key,
     csrf_matches,
     security_headers,
+)
+from ._sessions import (
+    LoginThrottle,
+    MemorySessionRevocations,
+    SessionRevocations,
+    result_token,
+    shown_result,
 )
 from ._template_filters import install_filters
 
@@ -54,13 +61,24 @@ class Console:
     :param auth: the application's own login instead: called with each request, returns the
         user's name or ``None`` (then the console answers 401, or redirects to *login_url*)
     :param login_url: where *auth* users who are not signed in are sent
-    :param session_key: signs the cookies under *auth* (default: random per process, so forms
-        opened before a restart must be reloaded)
-    :param session_ttl: how long a session lasts after login
+    :param session_key: signs the session cookies, CSRF tokens and action results (at least
+        16 characters); required with *auth* (give every process the same, or a form posted
+        to another process is refused); with *secret*, a key derived from it by default
+    :param session_ttl: how long a session lasts after login (a logout ends it sooner)
+    :param revocations: where logouts are kept (default: in this process, so behind several
+        processes a copy of the cookie still opens the others until its TTL; share one, e.g.
+        ``eventbus.console.sql.SqlSessionRevocations``, and a logout reaches every process)
+    :param login_throttle: failed logins allowed per client address (default: 10 in 15
+        minutes, counted in this process)
+    :param trusted_proxies: the addresses (or networks) of reverse proxies whose
+        ``X-Forwarded-Proto`` and ``X-Forwarded-For`` are believed: the cookies are then
+        ``Secure`` when the proxy says HTTPS, and the client address (action log, login
+        throttle) is the one the proxy saw. Default: none (anyone can send those headers)
     :param read_only: show everything, allow no action (every ``POST`` is a 403)
     :param audit: the action log (default: the newest 10,000 in memory)
     :param title: shown in the header and the window title
-    :raises ValueError: unless exactly one of *secret* and *auth* is given
+    :raises ValueError: unless exactly one of *secret* and *auth* is given; for *auth* without
+        *session_key*, or a *session_key* shorter than 16 characters
     :raises LoginSecretError: for a secret shorter than 16 characters
     """
 
@@ -73,6 +91,9 @@ class Console:
         login_url: str | None = None,
         session_key: str | bytes | None = None,
         session_ttl: timedelta = timedelta(hours=8),
+        revocations: SessionRevocations | None = None,
+        login_throttle: LoginThrottle | None = None,
+        trusted_proxies: str | Sequence[str] | None = None,
         read_only: bool = False,
         audit: AuditLog | None = None,
         title: str = "eventbus console",
@@ -82,9 +103,18 @@ class Console:
                 "Console() needs exactly one of secret= (a login form) and auth= (the "
                 "application's own login)"
             )
+        if auth is not None and session_key is None:
+            raise ValueError(
+                "Console(auth=...) needs session_key=: the key that signs its session cookies "
+                "and CSRF tokens, the same in every process that serves the console (with a "
+                "key of its own, each process refused the forms of the others)"
+            )
         checked = check_login_secret(secret) if secret is not None else None
-        key = session_key or checked or secrets.token_bytes(32)
+        key = check_session_key(session_key) if session_key is not None else checked
+        assert key is not None
         self._signer = SessionSigner(key, ttl=session_ttl)
+        self.read_only = read_only
+        self._audit: AuditLog = audit if audit is not None else MemoryAuditLog()
         self._login = Login(
             secret=checked,
             auth=auth,
@@ -92,9 +122,10 @@ class Console:
             signer=self._signer,
             render=self._page,
             read_form=self._form,
+            revocations=revocations if revocations is not None else MemorySessionRevocations(),
+            throttle=login_throttle if login_throttle is not None else LoginThrottle(),
+            audit=self._audit,
         )
-        self.read_only = read_only
-        self.audit: AuditLog = audit if audit is not None else MemoryAuditLog()
         self.title = title
         self.pages = list(pages)
         slugs = [p.slug for p in self.pages]
@@ -102,7 +133,22 @@ class Console:
             if slugs.count(slug) > 1 or slug in {"login", "logout", "actions", "static"}:
                 raise ValueError(f"page slug {slug!r} is used twice or reserved; rename the page")
         self._env = self._environment()
-        self._app = security_headers(self._starlette())
+        app: ASGIApp = self._starlette()
+        if trusted_proxies is not None:  # uvicorn's, which its --forwarded-allow-ips uses
+            from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+            hosts = trusted_proxies if isinstance(trusted_proxies, str) else list(trusted_proxies)
+            app = cast(ASGIApp, ProxyHeadersMiddleware(cast(Any, app), trusted_hosts=hosts))
+        self._app = security_headers(app)
+
+    @property
+    def audit(self) -> AuditLog:
+        """The action log: actions, refused attempts, logins and logouts."""
+        return self._audit
+
+    @audit.setter
+    def audit(self, log: AuditLog) -> None:
+        self._audit = self._login.audit = log
 
     @property
     def login_url(self) -> str | None:
@@ -189,6 +235,8 @@ class Console:
             return form
         if session is not None and not csrf_matches(session, form.get("csrf")):
             return self._csrf_refused(request, session, "logout")
+        if session is not None:
+            await self._login.logout(request, session)
         response = RedirectResponse(console_url(request, "/login"), status_code=303)
         response.delete_cookie(SESSION_COOKIE, path=cookie_path(request))
         return response
@@ -215,9 +263,7 @@ class Console:
         self, request: Request, session: Session, form: FormData | None = None
     ) -> PageRequest:
         context = self._context(request, session)
-        done = request.query_params.get("done")
-        if done is not None and done.isdigit() and len(done) < 19:
-            context["done"] = self.audit.get(int(done))
+        context["done"] = shown_result(self._signer, session, request.query_params.get("done"))
         return PageRequest(request, session, env=self._env, base_context=context, form=form)
 
     def _finish(self, response: Response, request: Request, cookie: str | None) -> Response:
@@ -300,7 +346,8 @@ class Console:
         back = done.back or safe_next(request, request.headers.get("referer"))
         back_url = back or console_url(request, "/")
         sep = "&" if "?" in back_url else "?"
-        redirect = RedirectResponse(f"{back_url}{sep}done={entry.id}", status_code=303)
+        result = result_token(self._signer, session, entry)
+        redirect = RedirectResponse(f"{back_url}{sep}done={result}", status_code=303)
         return self._finish(redirect, request, cookie)
 
     def _log(

@@ -35,4 +35,12 @@ def parse_datetime(value: str | None, name: str, errors: list[str]) -> datetime 
     except ValueError:
         errors.append(f"{name} must be a date and time such as 2026-12-01T17:30, not {text[:40]!r}")
         return None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=UTC)
+    try:  # an offset can move it past year 1 or 9999, which a datetime cannot hold
+        return parsed.astimezone(UTC)
+    except (OverflowError, ValueError):
+        errors.append(
+            f"{name} {text!r} is out of range: it must fall between the years 1 and 9999 in UTC"
+        )
+        return None

@@ -3,7 +3,7 @@ and who sent it."""
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
 
 from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
@@ -53,7 +53,9 @@ def safe_next(request: Request, value: object) -> str | None:
     """*value* if it is a path inside this console (no scheme, no host), else ``None``.
 
     Keeps the login and the actions from redirecting anywhere else (an open redirect); a
-    ``done=`` parameter (the result of an earlier action) is dropped.
+    ``done=`` parameter (the result of an earlier action) is dropped. A path with a dot
+    segment (``.`` or ``..``, percent-encoded or not) is refused: the browser resolves it,
+    and ``/ops/../x`` is ``/x``, outside the console.
     """
     if not isinstance(value, str) or not value:
         return None
@@ -71,5 +73,7 @@ def safe_next(request: Request, value: object) -> str | None:
     ):
         return None
     path, _, query = value.partition("?")
+    if any(unquote(segment) in (".", "..") for segment in path.partition("#")[0].split("/")):
+        return None
     kept = "&".join(p for p in query.split("&") if p and not p.startswith("done="))
     return f"{path}?{kept}" if kept else path

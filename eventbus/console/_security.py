@@ -2,10 +2,14 @@
 
 A session is a cookie signed with a key derived from the login secret (so replicas that share
 the secret share sessions, and changing the secret ends them all) that holds the user's name,
-a CSRF token and the time of login; it expires after ``session_ttl``. Every state-changing
-form carries the CSRF token, compared in constant time. The login form itself is protected by
-a random nonce kept in a short-lived cookie and repeated in the form (double submit): a page
-on another site can neither read it nor, with ``SameSite=Strict``, send it.
+a CSRF token, a random session id and the time of login; it expires after ``session_ttl``,
+and a logout revokes its id (``_sessions``). Every state-changing form carries the CSRF token,
+compared in constant time. The login form itself is protected by a random nonce kept in a
+short-lived cookie and repeated in the form (double submit): a page on another site can
+neither read it nor, with ``SameSite=Strict``, send it.
+
+An action's result travels in its redirect, signed and bound to the session (``?done=``), so
+whichever process serves the next page shows it.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ MIN_SECRET = 16
 SESSION_COOKIE = "eventbus_console"
 LOGIN_COOKIE = "eventbus_console_login"
 LOGIN_TTL = 600  # seconds a login form stays valid
+RESULT_TTL = 600  # seconds an action's result link shows the result
+MIN_SESSION_KEY = 16
 
 #: An application's own login: given the request, the signed-in user's name, or ``None``.
 AuthCallable = Callable[[Request], "Awaitable[str | None] | str | None"]
@@ -78,6 +84,17 @@ def check_login_secret(secret: str) -> str:
     return stripped
 
 
+def check_session_key(key: str | bytes) -> str | bytes:
+    """*key* if it is long enough to sign sessions; :raises ValueError: naming its length."""
+    if len(key) < MIN_SESSION_KEY:
+        unit = "characters" if isinstance(key, str) else "bytes"
+        raise ValueError(
+            f"session_key is {len(key)} {unit} long; use at least {MIN_SESSION_KEY}, e.g. "
+            "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+        )
+    return key
+
+
 def secret_matches(given: str, secret: str) -> bool:
     """Constant-time comparison of what the login form sent with the configured secret."""
     return secrets.compare_digest(given.strip().encode(), secret.encode())
@@ -85,10 +102,12 @@ def secret_matches(given: str, secret: str) -> bool:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Session:
-    """A signed-in user: the name shown in the action log and the CSRF token of their forms."""
+    """A signed-in user: the name shown in the action log, the CSRF token of their forms, and
+    the id a logout revokes."""
 
     user: str
     csrf: str
+    sid: str
 
 
 class SessionSigner:
@@ -99,20 +118,39 @@ class SessionSigner:
         derived = hmac.new(raw, b"eventbus.console.session", hashlib.sha256).digest()
         self._session = URLSafeTimedSerializer(derived, salt="eventbus.console.session")
         self._login = URLSafeTimedSerializer(derived, salt="eventbus.console.login")
+        self._result = URLSafeTimedSerializer(derived, salt="eventbus.console.result")
         self.ttl = ttl
 
     def new_session(self, user: str) -> tuple[Session, str]:
         """A fresh session for *user* and its cookie value."""
-        session = Session(user=user, csrf=secrets.token_urlsafe(24))
-        return session, self._session.dumps({"u": session.user, "c": session.csrf})
+        session = Session(user=user, csrf=secrets.token_urlsafe(24), sid=secrets.token_urlsafe(18))
+        data = {"u": session.user, "c": session.csrf, "s": session.sid}
+        return session, self._session.dumps(data)
 
     def load_session(self, cookie: str | None) -> Session | None:
-        """The session in a cookie, or ``None`` if absent, tampered with or expired."""
+        """The session in a cookie, or ``None`` if absent, tampered with, expired, or of a
+        version without a session id (it could not be revoked: signing in again makes one)."""
         data = _loads(self._session, cookie, int(self.ttl.total_seconds()))
-        if not (isinstance(data, dict) and isinstance(data.get("u"), str)):
+        if not isinstance(data, dict):
             return None
-        csrf = data.get("c")
-        return Session(user=data["u"], csrf=csrf) if isinstance(csrf, str) else None
+        user, csrf, sid = data.get("u"), data.get("c"), data.get("s")
+        if not (isinstance(user, str) and isinstance(csrf, str) and isinstance(sid, str)):
+            return None
+        return Session(user=user, csrf=csrf, sid=sid)
+
+    def sign_result(self, session: Session, result: dict[str, str]) -> str:
+        """An action's *result* (text fields) for the redirect that shows it, bound to
+        *session*."""
+        return self._result.dumps({**result, "s": session.sid})
+
+    def load_result(self, session: Session, token: str | None) -> dict[str, str] | None:
+        """The result in *token* if it was signed for *session* within :data:`RESULT_TTL`."""
+        data = _loads(self._result, token, RESULT_TTL)
+        if not (isinstance(data, dict) and data.get("s") == session.sid):
+            return None
+        if not all(isinstance(v, str) for v in data.values()):
+            return None
+        return data
 
     def new_login_nonce(self) -> tuple[str, str]:
         """A nonce for the login form, and the signed cookie that must come back with it."""
@@ -140,7 +178,9 @@ def csrf_matches(session: Session, given: object) -> bool:
 def set_cookie(
     response: Response, request: Request, name: str, value: str, *, max_age: int, path: str
 ) -> None:
-    """An HttpOnly, SameSite=Strict cookie, Secure when the console is served over HTTPS."""
+    """An HttpOnly, SameSite=Strict cookie, Secure when the console is served over HTTPS (the
+    request's scheme: behind a proxy that terminates TLS, the console's ``trusted_proxies=``
+    makes it the one the proxy's ``X-Forwarded-Proto`` says)."""
     response.set_cookie(
         name,
         value,

@@ -20,13 +20,13 @@ from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
-from redis.exceptions import RedisError
 
 from .._failures import safe_str
 from ._delivery import deliver
 from ._envelope import text_fields
 from ._group import Entry, Group, InFlight, is_missing_group
 from ._leases import adopt_own_pending, reclaim_loop, renew_loop
+from ._runtime import REDIS_ERRORS
 
 __all__ = ["Consumer"]
 
@@ -112,7 +112,7 @@ class Consumer:
                 reply: Any = await rt.client.xreadgroup(
                     group.name, rt.consumer, streams, count=group.free_slots(), block=block_ms
                 )
-            except RedisError as exc:
+            except REDIS_ERRORS as exc:
                 if is_missing_group(exc):
                     await group.recover(exc)
                     continue

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import json
 
 from ._envelope import Envelope
 
@@ -42,7 +41,7 @@ class Delivery:
             aggregate_key=env.aggregate_key,
             causation_id=env.causation_id,
             correlation_id=env.correlation_id,
-            headers=json.loads(env.headers) if env.headers else {},
+            headers=env.header_map(),
         )
 
 

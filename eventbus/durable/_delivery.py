@@ -15,57 +15,60 @@ from __future__ import annotations
 
 import inspect
 import logging
-import re
 import time
-import uuid
 from typing import Any
 
 import anyio
-from redis.exceptions import RedisError
 
 from .._codec import decode_payload
 from .._events import Event
+from .._exceptions import ListenerTimeoutError
 from .._failures import FailureRecord, FailureStatus, safe_str
-from .._retry import DURABLE_NOTE
 from ._context import Delivery, delivery_var
-from ._envelope import DeadInfo, Envelope
+from ._envelope import DeadInfo, Envelope, EnvelopeError, raw_value
 from ._events import DeadLettered
 from ._exceptions import DeliveriesExhaustedError
 from ._group import Entry, Group
-from ._runtime import logger, utcnow
+from ._link import DurableLink, failure_id
+from ._runtime import REDIS_ERRORS, logger, utcnow
 
-__all__ = ["deliver", "failure_id", "parse_note"]
-
-_NAMESPACE = uuid.UUID("4f0c1a52-8a43-4d43-9a59-6b1c6e2f7d11")
-_NOTE = re.compile(r"(\w+)=(\S+)")
-
-
-def failure_id(group: str, stream: str, entry_id: str) -> str:
-    """The failure row of one dead entry: the same id however often it is dead-lettered (a
-    crash between the row and the dead letter repeats both; the row is written once)."""
-    return uuid.uuid5(_NAMESPACE, f"{group}\n{stream}\n{entry_id}").hex
-
-
-def parse_note(note: str | None) -> dict[str, str] | None:
-    """The ``key=value`` fields of a dead durable failure's note; ``None`` for another note."""
-    if not note or not note.startswith(DURABLE_NOTE):
-        return None
-    return dict(_NOTE.findall(note))
+__all__ = ["deliver"]
 
 
 async def deliver(group: Group, entry: Entry) -> None:
-    """Handle one entry to its end; never raises but for cancellation."""
+    """Handle one entry to its end; never raises but for cancellation: whatever one entry
+    does, the consumer and the transport go on with the next."""
     try:
         await _deliver(group, entry)
+    except Exception as exc:  # a case not foreseen: this entry goes, the consumer stays
+        logger.exception(
+            "durable listener %r: entry %s of %r could not be handled; dead-lettering it",
+            group.listener.name,
+            entry.id,
+            entry.stream,
+        )
+        try:
+            await _dead_letter(group, entry, None, None, exc)
+        except Exception:  # still pending: it comes back after the visibility time
+            logger.exception("could not dead-letter entry %s of %r", entry.id, entry.stream)
     finally:
         group.finish(entry)
+
+
+def _envelope(group: Group, entry: Entry) -> Envelope:
+    """:raises EnvelopeError: for an entry that is not an envelope of the group's event"""
+    env = Envelope.from_fields(entry.id, entry.fields)
+    wanted = group.listener.event_name
+    if env.name != wanted:
+        raise EnvelopeError(entry.id, f"it is an event for {env.name!r}, not for {wanted!r}")
+    return env
 
 
 async def _deliver(group: Group, entry: Entry) -> None:
     rt, opts = group.rt, group.rt.options
     try:
-        env = Envelope.from_fields(entry.id, entry.fields)
-    except Exception as exc:  # not ours, or damaged: no listener can take it, ever
+        env = _envelope(group, entry)
+    except EnvelopeError as exc:  # not ours, or damaged: no listener can take it, ever
         await _dead_letter(group, entry, None, None, exc)
         return
     if entry.deliveries > opts.max_deliveries:
@@ -74,9 +77,8 @@ async def _deliver(group: Group, entry: Entry) -> None:
         return
     event: Event | None = None
     group.counters.delivered += 1
-    token = delivery_var.set(
-        Delivery.of(env, group=group.name, entry_id=entry.id, deliveries=entry.deliveries)
-    )
+    delivery = Delivery.of(env, group=group.name, entry_id=entry.id, deliveries=entry.deliveries)
+    token = delivery_var.set(delivery)
     try:
         event = decode_payload(rt.registry, env.name, env.payload)
         ran = await _call(group, event, env)
@@ -97,7 +99,21 @@ async def _deliver(group: Group, entry: Entry) -> None:
 
 
 async def _call(group: Group, event: Event, env: Envelope) -> bool:
-    """Call the listener; ``False`` when the inbox shows the event was processed already."""
+    """Call the listener within ``call_timeout``; ``False`` when the inbox shows the event
+    was processed already.
+
+    :raises ListenerTimeoutError: if an async call ran past ``call_timeout`` (cancelled: its
+        transaction, if it takes ``tx``, rolls back)
+    """
+    limit, listener = group.rt.options.call_timeout, group.listener
+    if limit is None or not listener.is_async:
+        return await _run(group, event, env)
+    with anyio.move_on_after(limit):  # only its own deadline: a stop still cancels
+        return await _run(group, event, env)
+    raise ListenerTimeoutError(listener.name, limit)
+
+
+async def _run(group: Group, event: Event, env: Envelope) -> bool:
     rt, listener = group.rt, group.listener
     if listener.takes_tx:
         async with rt.engine.begin() as conn:
@@ -151,7 +167,7 @@ async def _failed(
             await rt.scripts.renew(
                 keys=[entry.stream], args=[group.name, rt.consumer, idle_ms, entry.id]
             )
-    except RedisError as err:  # it comes back after the full visibility time instead
+    except REDIS_ERRORS as err:  # it comes back after the full visibility time instead
         rt.log(logging.WARNING, ("retry", group.name), "could not schedule a retry: %s", err)
         return
     group.counters.retried += 1
@@ -180,16 +196,28 @@ async def _dead_letter(
         error=error,
         failure_id=fid,
     )
-    args: list[str] = [group.name, entry.id, str(opts.dead_maxlen)]
+    args: list[str | bytes] = [group.name, entry.id, str(opts.dead_maxlen)]
     for field, value in entry.fields.items():
         if not field.startswith("dead_"):
-            args += (field, value)
+            args += (raw_value(field), raw_value(value))  # a damaged entry's bytes as they were
     for field, value in info.fields().items():
         args += (field, value)
+    await rt.fault("dead-letter")
     try:
-        await rt.scripts.dead_letter(keys=[entry.stream, group.dead_stream], args=args)
-    except RedisError as err:  # still pending: dead-lettered again (same row) after visibility
+        moved = await rt.scripts.dead_letter(keys=[entry.stream, group.dead_stream], args=args)
+    except REDIS_ERRORS as err:  # still pending: dead-lettered again (same row) after visibility
         rt.log(logging.WARNING, ("dead", group.name), "could not dead-letter: %s", err)
+        return
+    if not moved:  # another consumer took the entry over and finished it: its outcome counts
+        rt.log(
+            logging.WARNING,
+            ("dead-gone", group.name),
+            "entry %s of group %r was no longer pending when this consumer dead-lettered it "
+            "(another consumer reclaimed it after a stall); failure row %s may be stale",
+            entry.id,
+            group.name,
+            fid[:12],
+        )
         return
     group.counters.dead += 1
     name = env.name if env else group.listener.event_name
@@ -229,18 +257,18 @@ def _record(
 ) -> FailureRecord:
     name = env.name if env else group.listener.event_name
     event_id = env.event_id if env else entry.id
-    # The envelope's chain, as an in-process failure has its emission's: an event published
-    # with no cause starts its own chain.
-    cause = env.causation_id if env else None
-    chain = (env.correlation_id or env.event_id) if env else None
+    # As for an in-process failure: the correlation id of the first event of a chain is its
+    # own id; failures of one business transaction are then found (and retried) together.
+    causation = env.causation_id if env else None
+    correlation = (env.correlation_id or env.event_id) if env else None
     if event is not None:
         base = FailureRecord.from_exception(
             event=event,
             event_id=event_id,
             listener=group.listener.name,
             exc=exc,
-            causation_id=cause,
-            correlation_id=chain,
+            causation_id=causation,
+            correlation_id=correlation,
         )
     else:
         base = FailureRecord.minimal(
@@ -249,22 +277,25 @@ def _record(
             listener=group.listener.name,
             exc=exc,
             attempts=entry.deliveries,
-            causation_id=cause,
-            correlation_id=chain,
+            causation_id=causation,
+            correlation_id=correlation,
         )
-    note = (
-        f"{DURABLE_NOTE}group={group.name} stream={entry.stream} entry={entry.id} "
-        f"deliveries={entry.deliveries}"
+    link = DurableLink(
+        group=group.name,
+        stream=entry.stream,
+        entry=entry.id,
+        deliveries=entry.deliveries,
+        seq=env.seq if env else None,
+        occurred_at=env.occurred_at if env else None,
     )
-    if env is not None:
-        note += f" seq={env.seq} occurred_at={env.occurred_at}"
     return base.replace(
         id=fid,
         payload=env.payload if env else base.payload,
         payload_ok=env is not None,
         attempts=entry.deliveries,
         status=FailureStatus.DEAD,
-        note=note,
+        note=link.note(),
+        **link.columns(),
     )
 
 

@@ -11,12 +11,13 @@ Dead letters and redeliveries carry the same fields plus ``dead_*`` ones (:class
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from .._exceptions import EventBusError
 
-__all__ = ["DeadInfo", "Envelope", "EnvelopeError", "text_fields"]
+__all__ = ["DeadInfo", "Envelope", "EnvelopeError", "raw_value", "text_fields"]
 
 VERSION = "1"
 _OPTIONAL = ("aggregate_key", "causation_id", "correlation_id", "headers")
@@ -30,12 +31,47 @@ class EnvelopeError(EventBusError, ValueError):
         super().__init__(f"stream entry {entry_id!r} is not an event envelope: {problem}")
 
 
+def _text(value: Any) -> str:
+    if not isinstance(value, bytes):
+        return str(value)
+    try:
+        return value.decode()
+    except UnicodeDecodeError:  # kept byte for byte: Envelope.from_fields names the field
+        return value.decode("utf-8", "surrogateescape")
+
+
 def text_fields(raw: Mapping[Any, Any]) -> dict[str, str]:
-    """A stream entry's fields as text (the client returns bytes)."""
-    return {
-        (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-        for k, v in raw.items()
-    }
+    """A stream entry's fields as text (the client returns bytes). Never raises: bytes that
+    are not UTF-8 are kept as lone surrogates (``surrogateescape``), which
+    :meth:`Envelope.from_fields` refuses and :func:`raw_value` turns back into the bytes."""
+    try:  # the common case, inline: this runs for every entry read
+        return {
+            (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+            for k, v in raw.items()
+        }
+    except UnicodeDecodeError:
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+
+def raw_value(text: str) -> str | bytes:
+    """*text* as Redis should store it again: the original bytes of a field that was not
+    UTF-8 (see :func:`text_fields`), else the text itself."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape")
+    return text
+
+
+def _not_utf8(fields: Mapping[str, str]) -> str | None:
+    """The first field whose name or value was not UTF-8 (see :func:`text_fields`)."""
+    try:  # one encode per entry: this runs for every delivery
+        "".join([*fields, *fields.values()]).encode()
+    except UnicodeEncodeError:
+        for key, value in fields.items():
+            if isinstance(raw_value(key), bytes) or isinstance(raw_value(value), bytes):
+                return key
+    return None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -51,6 +87,10 @@ class Envelope:
     causation_id: str | None = None
     correlation_id: str | None = None
     headers: str | None = None
+
+    def header_map(self) -> dict[str, str]:
+        """The headers as a dict (:meth:`from_fields` checked that they are one)."""
+        return dict(json.loads(self.headers)) if self.headers else {}
 
     def fields(self) -> dict[str, str]:
         out = {
@@ -79,10 +119,19 @@ class Envelope:
 
     @classmethod
     def from_fields(cls, entry_id: str, fields: Mapping[str, str]) -> Envelope:
-        """:raises EnvelopeError: naming the entry, for a missing field or another version"""
+        """:raises EnvelopeError: naming the entry and the problem: another version, a field
+        missing or not UTF-8, a ``seq`` that is not an int, headers that are not a JSON
+        object of strings"""
+        bad = _not_utf8(fields)
+        if bad is not None:
+            raise EnvelopeError(entry_id, f"field {bad!r} is not UTF-8")
         version = fields.get("v")
         if version != VERSION:
             raise EnvelopeError(entry_id, f"version {version!r}, expected {VERSION!r}")
+        headers = fields.get("headers")
+        if headers is not None and not _is_header_object(headers):
+            shown = headers[:80]
+            raise EnvelopeError(entry_id, f"headers are not a JSON object of strings: {shown!r}")
         try:
             return cls(
                 event_id=fields["event_id"],
@@ -96,6 +145,14 @@ class Envelope:
             raise EnvelopeError(entry_id, f"field {exc.args[0]!r} is missing") from None
         except ValueError:
             raise EnvelopeError(entry_id, f"seq {fields.get('seq')!r} is not an int") from None
+
+
+def _is_header_object(text: str) -> bool:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

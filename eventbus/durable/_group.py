@@ -13,12 +13,13 @@ import logging
 import time
 
 import anyio
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 
 from .._failures import safe_str
 from ._events import GroupRecreated
 from ._listener import DurableListener
-from ._runtime import Runtime, logger
+from ._registry import create_group, register_group
+from ._runtime import REDIS_ERRORS, Runtime, logger
 from ._stats import GroupCounters, GroupStatistics
 
 __all__ = ["Entry", "Group", "InFlight", "is_missing_group"]
@@ -140,15 +141,13 @@ class Group:
 
         A new group starts at the stream's first entry (``0``), never at ``$``: events
         published before this service first started are delivered too; ``start="latest"``
-        opts out. The redelivery stream always starts at ``0``.
+        opts out. The redelivery stream always starts at ``0``. The group is registered for
+        the stream first, so that the janitor keeps its entries should it vanish.
         """
         first = "0" if self.listener.start == "first" else "$"
+        await register_group(self.rt, self.listener.event_name, self.name)
         for stream, start in ((self.stream, first), (self.restream, "0")):
-            try:
-                await self.rt.client.xgroup_create(stream, self.name, id=start, mkstream=True)
-            except ResponseError as exc:
-                if not str(exc).startswith("BUSYGROUP"):
-                    raise
+            await create_group(self.rt.client, stream, self.name, start)
 
     async def recover(self, exc: BaseException) -> None:
         """The group (or its stream) is gone: recreate it at ``0``, raise the alarm, and pause
@@ -176,7 +175,7 @@ class Group:
             self.rt.notify(GroupRecreated(stream=self.stream, group=self.name, error=str(exc)))
             try:
                 await self.ensure()
-            except RedisError as again:
+            except REDIS_ERRORS as again:
                 self.rt.log(
                     logging.ERROR,
                     ("recreate", self.name),
@@ -211,7 +210,7 @@ class Group:
             try:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(ACK_PATIENCE):
                     await self.rt.client.xack(stream, self.name, *ids)
-            except RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self.rt.log(
                     logging.WARNING,
                     ("ack", self.name),

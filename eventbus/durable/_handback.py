@@ -1,5 +1,6 @@
-"""Handing events back: after Redis lost data (``republish``), dead letters to their group
-(``replay``), one dead failure to its group (``redeliver``, what ``failures retry`` does).
+"""Handing events back: after Redis lost data (``republish``), to a group that came after
+its events were trimmed (``backfill``), dead letters to their group (``replay``). One failure
+row's event goes back to its group in :mod:`~eventbus.durable._redeliver`.
 
 A group's redelivery stream (``...:re:<group>``) is read by that group's consumers only, so
 an event handed back reaches the listener that gave up on it, never the other groups. Nothing
@@ -12,15 +13,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from redis.exceptions import ResponseError
-
-from .._failures import FailureRecord, FailureStatus
-from ._delivery import parse_note
-from ._envelope import DeadInfo, Envelope
+from ._registry import check_group, create_group, register_group
 from ._runtime import Runtime, logger, utcnow
 from ._status import dead_letters
 
-__all__ = ["redeliver", "replay", "republish"]
+__all__ = ["backfill", "replay", "republish"]
+
+#: outbox rows per republish step (one DEL, one UPDATE)
+REPUBLISH_BATCH = 500
 
 
 def _text(value: Any) -> str:
@@ -28,19 +28,70 @@ def _text(value: Any) -> str:
 
 
 async def republish(rt: Runtime, *, since: datetime, events: Sequence[str] | None) -> int:
-    """Make every retained outbox row published at or after *since* unpublished again (and
-    clear its publish key), so that the relays add it again: after a restart without
-    persistence, a failover, a flush. Listeners taking ``tx`` skip what they processed
-    already; others may see an event twice.
+    """Make every retained outbox row published at or after *since* unpublished again, so
+    that the relays add it again: after a restart without persistence, a failover, a flush.
+    Listeners taking ``tx`` skip what they processed already; others may see an event twice.
+
+    In batches, each in this order: delete the rows' publish keys, *then* reset the rows. A
+    relay can claim a row only once it is reset, and then finds no key: it adds the event.
+    (The other order let a relay claim a reset row, find its old key, and mark it published
+    without adding it.)
 
     :return: how many rows the relays will publish again
     """
-    rows = await rt.outbox.republish(rt.engine, since=since, names=events, now=utcnow())
-    for start in range(0, len(rows), 500):
-        chunk = rows[start : start + 500]
-        await rt.client.delete(*(rt.keys.published(n, e) for n, e in chunk))
-    logger.warning("republish: %d outbox rows since %s will be published again", len(rows), since)
-    return len(rows)
+    total, after = 0, 0
+    while rows := await rt.outbox.published_since(
+        rt.engine, since=since, names=events, after=after, limit=REPUBLISH_BATCH
+    ):
+        await rt.client.delete(*(rt.keys.published(name, eid) for _, name, eid in rows))
+        await rt.fault("republish")
+        total += await rt.outbox.unpublish(rt.engine, ids=[r[0] for r in rows], now=utcnow())
+        after = rows[-1][0]
+    logger.warning("republish: %d outbox rows since %s will be published again", total, since)
+    return total
+
+
+async def backfill(rt: Runtime, event: str, group: str, *, since: datetime) -> int:
+    """Hand *group* alone the events of *event* published since *since* that its stream no
+    longer holds (trimmed before the group existed), from the retained outbox rows, through
+    the group's redelivery stream. Other groups see nothing again (a republish would send
+    them everything twice); the group is registered, so the janitor waits for it.
+
+    :return: how many events were handed over
+    """
+    check_group(group)
+    await register_group(rt, event, group)
+    restream = rt.keys.redeliver(event, group)
+    await create_group(rt.client, restream, group, "0")
+    first = await _first_id(rt, rt.keys.stream(event))
+    total, after = 0, 0
+    while rows := await rt.outbox.published_envelopes(
+        rt.engine, name=event, since=since, after=after, limit=REPUBLISH_BATCH
+    ):
+        after = rows[-1][0]
+        lost = [env for _, sid, env in rows if first is None or _older(sid, first)]
+        if lost:
+            async with rt.client.pipeline(transaction=False) as pipe:
+                for env in lost:
+                    pipe.xadd(restream, env.fields())  # type: ignore[arg-type]
+                await pipe.execute()
+        total += len(lost)
+    logger.warning("backfill: %d events of %r handed to group %r", total, event, group)
+    return total
+
+
+async def _first_id(rt: Runtime, stream: str) -> tuple[int, int] | None:
+    found = await rt.client.xrange(stream, count=1)
+    return _id(_text(found[0][0])) if found else None
+
+
+def _id(text: str) -> tuple[int, int]:
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _older(stream_id: str | None, first: tuple[int, int]) -> bool:
+    return stream_id is None or _id(stream_id) < first
 
 
 async def replay(
@@ -68,54 +119,3 @@ async def replay(
         )
         out += [_text(r) for r in reply if r]
     return out
-
-
-async def redeliver(rt: Runtime, failure: FailureRecord) -> str:
-    """Hand one dead durable failure back to its group alone: the event (rebuilt from the row
-    and its note) goes to the group's redelivery stream with a fresh delivery count, and its
-    dead letter is removed. The row is ``pending`` until a consumer of the group succeeds
-    (``resolved``) or it dies again (``dead``, attempts added up).
-
-    :raises ValueError: if *failure* is not a dead durable failure
-    """
-    info = parse_note(failure.note)
-    if failure.status is not FailureStatus.DEAD or info is None or "group" not in info:
-        raise ValueError(
-            f"failure {failure.id!r} is not a dead durable failure (status "
-            f"{failure.status.value!r}); in-process failures are retried by retry_failures()"
-        )
-    group = info["group"]
-    env = Envelope(
-        event_id=failure.event_id,
-        name=failure.event_name,
-        payload=failure.payload,
-        seq=int(info.get("seq", "0")),
-        occurred_at=info.get("occurred_at", failure.first_failed_at.isoformat()),
-    )
-    dead = DeadInfo(
-        group=group,
-        entry_id=info.get("entry", ""),
-        deliveries=int(info.get("deliveries", "0")),
-        error=f"{failure.error_type}: {failure.message}",
-        failure_id=failure.id,
-    )
-    restream = rt.keys.redeliver(failure.event_name, group)
-    try:
-        await rt.client.xgroup_create(restream, group, id="0", mkstream=True)
-    except ResponseError as exc:
-        if not str(exc).startswith("BUSYGROUP"):
-            raise
-    # Pending before the entry exists: a consumer may resolve the row as soon as it does.
-    await rt.failures.update(failure.replace(status=FailureStatus.PENDING))
-    fields: dict[Any, Any] = {**env.fields(), **dead.fields()}
-    try:
-        new_id = _text(await rt.client.xadd(restream, fields))
-    except BaseException:
-        await rt.failures.update(failure)
-        raise
-    letters = await dead_letters(rt.client, rt.keys, failure.event_name, limit=None)
-    stale = [d.dead_id for d in letters if d.failure_id == failure.id]
-    if stale:
-        await rt.client.xdel(rt.keys.dead(failure.event_name), *stale)
-    logger.info("dead failure %s redelivered to group %r as %s", failure.id, group, new_id)
-    return new_id

@@ -8,8 +8,19 @@ For each event stream this process consumes (one process per stream and round, b
   entry younger than ``trim_keep``. Acknowledging never deletes (``XDEL`` on ack would take
   the entry from every other group too); the ``MAXLEN`` cap on ``XADD`` is only a backstop.
   A stream with no group at all is left alone: a service not deployed yet will want it.
+* every group that ever registered for the stream (its consumers register it when they
+  start; ``declare_group`` / ``streams declare`` registers one before its service first
+  runs) counts, existing or not: for one that does not exist (yet, or any more), entries
+  younger than the outbox's ``retention`` are kept. The rule: an entry goes once every
+  registered group has read it, or once the outbox no longer retains its row either. The
+  price: while a registered group is absent, the stream holds up to ``retention`` of events
+  (at most ``maxlen``, with the cap's alarm); ``forget_group`` / ``streams forget`` ends it.
 * delete consumers idle for ``consumer_idle`` that own no pending entry (a consumer with
   pending entries is never deleted: they would become unclaimable).
+
+And every ``purge_interval``, in each process with a listener taking ``tx``, inbox rows past
+``retention`` are deleted in batches (the relay purges the outbox; a service that only
+consumes runs no relay, but has an inbox).
 """
 
 from __future__ import annotations
@@ -18,11 +29,11 @@ import logging
 from collections.abc import Iterable, Sequence
 
 import anyio
-from redis.exceptions import RedisError
+from sqlalchemy.exc import SQLAlchemyError
 
 from .._failures import safe_str
 from ._group import Group
-from ._runtime import Runtime, logger
+from ._runtime import REDIS_ERRORS, Runtime, logger, utcnow
 from ._stats import JanitorStatistics
 
 __all__ = ["Janitor"]
@@ -45,8 +56,21 @@ class Janitor:
             await anyio.sleep(self.rt.options.janitor_interval)
             try:
                 await self.sweep()
-            except RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self.rt.log(logging.WARNING, "janitor", "janitor: %s", safe_str(exc))
+
+    async def purge_inbox_loop(self) -> None:
+        rt, opts = self.rt, self.rt.options
+        while True:
+            await anyio.sleep(opts.purge_interval)
+            if not any(g.listener.takes_tx for g in self.groups):
+                continue
+            try:
+                await rt.inbox.purge(
+                    rt.engine, before=utcnow() - opts.retention, batch=opts.purge_batch
+                )
+            except SQLAlchemyError as exc:
+                rt.log(logging.WARNING, "purge", "inbox purge failed (%s)", safe_str(exc))
 
     async def sweep(self, events: Iterable[str] | None = None, *, force: bool = False) -> int:
         """One round over the streams of *events* (default: those of this process's groups);
@@ -63,10 +87,11 @@ class Janitor:
                 rt.keys.janitor(name), rt.consumer, nx=True, px=turn_ms
             ):
                 continue  # another process has this round
-            streams = [rt.keys.stream(name)]
-            streams += [g.restream for g in self.groups if g.listener.event_name == name]
-            for stream in streams:
-                trimmed += await self.trim(stream)
+            registry = rt.keys.groups(name)
+            streams: list[tuple[str, str | None]] = [(rt.keys.stream(name), registry)]
+            streams += [(g.restream, None) for g in self.groups if g.listener.event_name == name]
+            for stream, registered in streams:
+                trimmed += await self.trim(stream, registered)
                 dropped = await rt.scripts.drop_idle(
                     keys=[stream], args=[int(opts.consumer_idle * 1000), rt.consumer]
                 )
@@ -81,10 +106,13 @@ class Janitor:
         self.trimmed += trimmed
         return trimmed
 
-    async def trim(self, stream: str) -> int:
-        """Trim one stream below what its groups still need; return the entries removed."""
+    async def trim(self, stream: str, registry: str | None = None) -> int:
+        """Trim one stream below what its groups (and the absent ones of *registry*) still
+        need; return the entries removed."""
+        opts = self.rt.options
         reply = await self.rt.scripts.trim(
-            keys=[stream], args=[int(self.rt.options.trim_keep * 1000)]
+            keys=[stream] if registry is None else [stream, registry],
+            args=[int(opts.trim_keep * 1000), int(opts.retention.total_seconds() * 1000)],
         )
         if not reply:
             return 0

@@ -12,6 +12,9 @@ key                                         holds
 ``<prefix>:evt:{<name>}:re:<group>``        entries handed back to one group (replay, retry)
 ``<prefix>:evt:{<name>}:pub:<event_id>``    set with NX by the relay: the event was added
 ``<prefix>:evt:{<name>}:janitor``           the janitor's turn (``SET NX PX``)
+``<prefix>:evt:{<name>}:groups``            every group registered for the stream (a hash:
+                                            group → registration time, ms); the janitor keeps
+                                            entries for the absent ones (see ``_janitor``)
 ==========================================  ===================================================
 """
 
@@ -84,6 +87,9 @@ class StreamKeys:
 
     def janitor(self, name: str) -> str:
         return f"{self._base}{{{name}}}:janitor"
+
+    def groups(self, name: str) -> str:
+        return f"{self._base}{{{name}}}:groups"
 
     def scan_pattern(self) -> str:
         """A ``SCAN MATCH`` pattern for every key of this prefix (filter by ``TYPE stream``)."""

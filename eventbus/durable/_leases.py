@@ -19,13 +19,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
-from redis.exceptions import RedisError
 
 from .._failures import safe_str
 from ._envelope import text_fields
 from ._events import EntriesLost
 from ._group import Entry, Group, is_missing_group
-from ._runtime import logger
+from ._runtime import REDIS_ERRORS, logger
 
 __all__ = ["adopt_own_pending", "reclaim_loop", "reclaim_once", "renew_loop", "renew_once"]
 
@@ -62,7 +61,7 @@ async def renew_once(group: Group) -> None:
                     kept = await rt.scripts.renew(
                         keys=[stream], args=[group.name, rt.consumer, 0, *chunk]
                     )
-            except RedisError as exc:
+            except REDIS_ERRORS as exc:
                 rt.log(
                     logging.WARNING,
                     ("renew", group.name),
@@ -144,7 +143,7 @@ async def reclaim_once(group: Group, start: Callable[[Entry], None]) -> int:
                 reply = await rt.scripts.reclaim(
                     keys=[stream], args=[group.name, rt.consumer, min_idle, cursor, free]
                 )
-            except RedisError as exc:
+            except REDIS_ERRORS as exc:
                 if is_missing_group(exc):
                     await group.recover(exc)
                 else:

@@ -14,7 +14,7 @@ class DurableOptions:
 
     Times are in seconds unless a ``timedelta``. The relationships checked here (a lease
     shorter than the publish key's life, retries shorter than the visibility time...) are the
-    ones the guarantees rest on; the README's failure-mode table explains each.
+    ones the guarantees rest on; the failure-mode table of docs/durable.md explains each.
     """
 
     #: a consumer's lease on an entry: renewed every third of it while the listener runs;
@@ -26,6 +26,10 @@ class DurableOptions:
     retry_backoff: float = 1.0
     #: listener calls running at once, per group in this process
     concurrency: int = 16
+    #: the longest an async listener call may run before it is cancelled and counted as a
+    #: failure (``ListenerTimeoutError``: retried, dead at the last delivery); None: no limit.
+    #: A sync listener's thread cannot be stopped, so it is not cut short
+    call_timeout: float | None = None
     #: longest wait of one blocking read (``XREADGROUP BLOCK``); below the client's timeout
     block: float = 2.0
     #: how long ``aclose()`` lets running listener calls finish before cancelling them
@@ -81,6 +85,8 @@ class DurableOptions:
             problems.append("shutdown_grace, trim_keep and relay_linger must be >= 0")
         if self.consumer_idle <= 0:
             problems.append("consumer_idle must be > 0")
+        if self.call_timeout is not None and self.call_timeout <= 0:
+            problems.append(f"call_timeout={self.call_timeout!r} must be None or > 0")
         if self.purge_batch < 1 or self.dead_maxlen < 1 or self.retention.total_seconds() <= 0:
             problems.append("purge_batch and dead_maxlen must be >= 1, retention > 0")
         if problems:
@@ -88,8 +94,9 @@ class DurableOptions:
 
     @property
     def settle(self) -> float:
-        """How long a publish key lives after its row was marked published: twice the lease,
-        so that a relay that stalled between its lease check and its XADD still finds it."""
+        """How long a publish key lives after its row was marked published: twice the lease.
+        A margin only: a relay that stalls after its claim is fenced by the ``PUBLISH``
+        script (nothing is added past the claim's deadline), not by the key."""
         return 2 * self.lease
 
     def retry_delay(self, deliveries: int) -> float:

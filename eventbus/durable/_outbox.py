@@ -14,13 +14,11 @@ import contextlib
 import dataclasses
 import json
 import uuid
-import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from .._codec import encode_payload
@@ -29,13 +27,12 @@ from .._exceptions import PayloadError
 from ..backends.sql import UTCDateTime
 from ._envelope import Envelope
 from ._exceptions import NoTransactionError
+from ._wake import wake_after_commit
 
-__all__ = ["Backlog", "ClaimedRow", "Database", "Outbox", "wake_after_commit"]
+__all__ = ["Backlog", "ClaimedRow", "Database", "Outbox"]
 
 #: where a statement runs: an engine (in a transaction of its own) or an open connection
 Database = AsyncEngine | AsyncConnection
-
-_WAKE = "eventbus.durable.wake"  # key in a connection's info: wakers to call after commit
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -296,20 +293,51 @@ class Outbox:
             if n < batch:
                 return total
 
-    async def republish(
+    async def published_since(
         self,
         engine: AsyncEngine,
         *,
         since: datetime,
         names: Sequence[str] | None,
-        now: datetime,
-    ) -> list[tuple[str, str]]:
-        """Make rows published at or after *since* unpublished again; return (name, event id)
-        of each, so that the caller can clear their publish keys."""
+        after: int,
+        limit: int,
+    ) -> list[tuple[int, str, str]]:
+        """(id, name, event id) of up to *limit* rows published at or after *since*, with ids
+        above *after*, in id order (``republish`` works through them in batches)."""
+        c = self.table.c
+        stmt = (
+            sa.select(c.id, c.name, c.event_id)
+            .where(c.published_at >= since, c.id > after)
+            .order_by(c.id)
+            .limit(limit)
+        )
+        if names:
+            stmt = stmt.where(c.name.in_(list(names)))
+        async with engine.connect() as conn:
+            return [(row[0], row[1], row[2]) for row in (await conn.execute(stmt)).all()]
+
+    async def published_envelopes(
+        self, engine: AsyncEngine, *, name: str, since: datetime, after: int, limit: int
+    ) -> list[tuple[int, str | None, Envelope]]:
+        """(id, stream id, envelope) of up to *limit* rows of event *name* published at or
+        after *since*, with ids above *after*, in id order."""
+        c = self.table.c
+        stmt = (
+            sa.select(*self._returned, c.stream_id)
+            .where(c.name == name, c.published_at >= since, c.id > after)
+            .order_by(c.id)
+            .limit(limit)
+        )
+        async with engine.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [(row[0], row[-1], ClaimedRow(*row[:-1]).envelope()) for row in rows]
+
+    async def unpublish(self, engine: AsyncEngine, *, ids: Sequence[int], now: datetime) -> int:
+        """Make published rows among *ids* publishable again; return how many."""
         c = self.table.c
         stmt = (
             sa.update(self.table)
-            .where(c.published_at >= since)
+            .where(c.id.in_(list(ids)), c.published_at.is_not(None))
             .values(
                 published_at=None,
                 stream_id=None,
@@ -317,12 +345,16 @@ class Outbox:
                 lease_until=None,
                 available_at=now,
             )
-            .returning(c.name, c.event_id)
         )
-        if names:
-            stmt = stmt.where(c.name.in_(list(names)))
         async with engine.begin() as conn:
-            return [(row[0], row[1]) for row in (await conn.execute(stmt)).all()]
+            return int((await conn.execute(stmt)).rowcount)
+
+    async def envelope(self, engine: AsyncEngine, event_id: str) -> Envelope | None:
+        """The envelope of a retained row (``None``: purged, or written elsewhere)."""
+        stmt = sa.select(*self._returned).where(self.table.c.event_id == event_id)
+        async with engine.connect() as conn:
+            row = (await conn.execute(stmt)).first()
+        return None if row is None else ClaimedRow(*row).envelope()
 
     async def backlog(self, engine: AsyncEngine) -> Backlog:
         c = self.table.c
@@ -350,46 +382,3 @@ def _require_transaction(conn: AsyncConnection, events: Sequence[Event]) -> None
     if autocommit or not conn.in_transaction():
         why = "is in autocommit mode" if autocommit else "has no open transaction"
         raise NoTransactionError(name, why)
-
-
-# -- waking the relay after commit ---------------------------------------------------------------
-
-_hooked: weakref.WeakSet[Engine] = weakref.WeakSet()
-
-
-def wake_after_commit(conn: AsyncConnection, wake: Callable[[], None]) -> None:
-    """Call *wake* once the current transaction of *conn* has ended.
-
-    SQLAlchemy's ``commit`` hook runs *before* the database commits, when a relay woken by it
-    could still miss the row. So the wake is left on the connection and called by the next
-    thing that can only happen after the commit: the connection starting another transaction,
-    or going back to the pool (the end of ``async with engine.begin()``). Either also follows
-    a rollback, which wakes the relay for nothing: harmless.
-    """
-    sync = conn.sync_connection
-    if sync is None:
-        return
-    engine = sync.engine
-    if engine not in _hooked:
-        sa.event.listen(engine, "begin", _on_begin)
-        sa.event.listen(engine, "checkin", _on_checkin)
-        _hooked.add(engine)
-    wakers: set[Callable[[], None]] = sync.info.setdefault(_WAKE, set())
-    wakers.add(wake)
-
-
-def _on_begin(conn: sa.Connection) -> None:
-    _call(conn.info.pop(_WAKE, None))
-
-
-def _on_checkin(_dbapi_conn: object, record: Any) -> None:
-    if record is not None:
-        _call(record.info.pop(_WAKE, None))
-
-
-def _call(wakers: set[Callable[[], None]] | None) -> None:
-    for wake in wakers or ():
-        try:
-            wake()
-        except Exception:  # a relay that is gone; the poll covers the rest
-            pass

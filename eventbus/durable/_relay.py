@@ -7,9 +7,10 @@ stall anywhere only delays rows: their lease expires, another relay (or this one
 them again, and the publish key the script set makes the second addition a no-op that
 returns the first id.
 
-The relay is woken after a local commit (see :func:`~eventbus.durable._outbox.wake_after_commit`)
+The relay is woken after a local commit (see :func:`~eventbus.durable._wake.wake_after_commit`)
 and polls every ``poll_interval`` for rows other processes committed. Every
-``purge_interval`` it deletes published rows and inbox rows past ``retention``, in batches.
+``purge_interval`` it deletes published rows past ``retention``, in batches (the janitor
+purges the inbox, in every process that consumes).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .._failures import safe_str
 from ._envelope import VERSION
 from ._events import StreamCapped
 from ._outbox import ClaimedRow
-from ._runtime import Runtime, logger, utcnow
+from ._runtime import REDIS_ERRORS, Runtime, logger, utcnow
 from ._scripts import ScriptCall, run_scripts
 from ._stats import RelayCounters
 
@@ -42,6 +43,10 @@ BACKLOG_INTERVAL = 1.0
 MAX_BACKOFF = 5.0
 #: seconds between two cap alarms of one stream
 CAP_ALARM_INTERVAL = 60.0
+#: what a batch may fail with: its rows are given back, the relay backs off and goes on
+RETRIED: tuple[type[Exception], ...] = (*REDIS_ERRORS, SQLAlchemyError, OSError)
+#: the share of its lease after which a claim adds nothing (the rest is a margin for clocks)
+LEASE_SPENT = 0.8
 
 
 class Relay:
@@ -96,7 +101,7 @@ class Relay:
             self._wakeup = anyio.Event()  # before the claim: a wake during it is not lost
             try:
                 claimed = await self.publish_batch()
-            except (RedisError, SQLAlchemyError, OSError) as exc:
+            except RETRIED as exc:
                 if self._stopping:
                     return
                 self.counters.errors += 1
@@ -113,6 +118,7 @@ class Relay:
                 continue
             self._backoff = 0.0
             if claimed >= opts.relay_batch:
+                await self._update_backlog()  # once a second: saturated is when it matters
                 await checkpoint()
                 continue
             if self._stopping:
@@ -158,15 +164,19 @@ class Relay:
         if not rows:
             return 0
         self.counters.batches += 1
+        started = time.monotonic()
         await rt.fault("claimed")
         # A relay that stalled past most of its lease leaves the rows to whoever claims them
-        # next: adding them now could race that relay after it shortened the publish keys.
-        if (utcnow() - claimed_at).total_seconds() > opts.lease * 0.8:
+        # next. Checked here to save a round trip; the PUBLISH script checks it again, by
+        # the server's clock, at the moment it would add (a stall may come after this line).
+        deadline = claimed_at + timedelta(seconds=opts.lease * LEASE_SPENT)
+        if utcnow() >= deadline:
             self.counters.leases_lost += len(rows)
             return len(rows)
+        await rt.fault("adding")
         try:
-            stream_ids = await self._add(rows)
-        except RedisError as exc:
+            stream_ids, refused = await self._add(rows, int(deadline.timestamp() * 1000))
+        except REDIS_ERRORS as exc:
             retry_at = utcnow() + timedelta(seconds=min(max(self._backoff * 2, 0.05), 5.0))
             await rt.outbox.release(
                 db,
@@ -176,6 +186,8 @@ class Relay:
                 retry_at=retry_at,
             )
             raise
+        if refused:
+            await self._refused(db, token, refused, time.monotonic() - started)
         await rt.fault("published")
         if stream_ids:
             try:
@@ -190,20 +202,59 @@ class Relay:
                     logging.WARNING,
                     "relay-lease",
                     "relay: %d of %d rows were claimed by another relay before this one marked "
-                    "them (a stall longer than lease=%s s); they were published once",
+                    "them (a stall longer than lease=%s s); the other relay found their "
+                    "publish keys and added nothing: each was added once",
                     len(stream_ids) - marked,
                     len(stream_ids),
                     opts.lease,
                 )
             else:
-                self._to_settle += [(r.name, r.event_id) for r in rows]
+                self._to_settle += [(r.name, r.event_id) for r in rows if r.id in stream_ids]
         return len(rows)
 
-    async def _add(self, rows: Sequence[ClaimedRow]) -> dict[int, str]:
+    async def _refused(
+        self, db: AsyncConnection, token: str, ids: list[int], elapsed: float
+    ) -> None:
+        """Rows the ``PUBLISH`` script refused: this claim's deadline had passed by Redis'
+        clock. Given back (where this claim still holds them), for any relay to claim again."""
+        rt, opts = self.rt, self.rt.options
+        self.counters.leases_lost += len(ids)
+        if elapsed < opts.lease * LEASE_SPENT / 2:  # no stall here: the clocks disagree
+            rt.log(
+                logging.ERROR,
+                "relay-clock",
+                "relay: Redis refused to add %d rows as past their claim's deadline %.2f s "
+                "after the claim (lease=%s s): this host's clock is behind the Redis server's "
+                "by seconds; leases need the clocks of relays, Redis and the database in step "
+                "(NTP)",
+                len(ids),
+                elapsed,
+                opts.lease,
+            )
+        else:
+            rt.log(
+                logging.WARNING,
+                "relay-lease",
+                "relay: %d rows not added: this relay stalled %.2f s after claiming them, past "
+                "most of lease=%s s; another relay (or this one) publishes them",
+                len(ids),
+                elapsed,
+                opts.lease,
+            )
+        try:
+            await rt.outbox.release(
+                db, token=token, ids=ids, error="lease spent before publishing", retry_at=utcnow()
+            )
+        except SQLAlchemyError:  # they come back when their lease ends
+            await self.aclose()
+
+    async def _add(
+        self, rows: Sequence[ClaimedRow], deadline_ms: int
+    ) -> tuple[dict[int, str], list[int]]:
         """Run the ``PUBLISH`` script once per stream (after the ``SETTLE`` calls left from
         the batch before), all in one pipeline; return the stream id of each row added (or
-        found added). Rows of a stream whose script failed are claimed again after their
-        lease."""
+        found added), and the ids of the rows refused because *deadline_ms* (Unix ms) had
+        passed. Rows of a stream whose script failed are claimed again after their lease."""
         rt, opts = self.rt, self.rt.options
         by_name: dict[str, list[ClaimedRow]] = {}
         for row in rows:
@@ -214,7 +265,7 @@ class Relay:
         calls: list[ScriptCall] = list(settles)
         for name, batch in by_name.items():
             keys = [rt.keys.stream(name)]
-            args: list[str] = [ttl_ms, cap, name, VERSION]
+            args: list[str] = [ttl_ms, cap, name, VERSION, str(deadline_ms)]
             for row in batch:
                 keys.append(rt.keys.published(name, row.event_id))
                 args += row.envelope().script_args()
@@ -222,6 +273,7 @@ class Relay:
         results = (await run_scripts(rt.client, calls))[len(settles) :]
         self._to_settle.clear()  # a SETTLE that failed only leaves keys to expire on their own
         out: dict[int, str] = {}
+        refused: list[int] = []
         failed: list[BaseException] = []
         for (name, batch), result in zip(by_name.items(), results, strict=True):
             if isinstance(result, BaseException):
@@ -229,15 +281,18 @@ class Relay:
                 continue
             ids, flags, capped = result
             flags = flags.decode() if isinstance(flags, bytes) else str(flags)
-            for row, stream_id in zip(batch, ids, strict=True):
-                out[row.id] = stream_id.decode() if isinstance(stream_id, bytes) else stream_id
+            for row, stream_id, flag in zip(batch, ids, flags, strict=True):
+                if flag == "2":
+                    refused.append(row.id)
+                else:
+                    out[row.id] = _text(stream_id)
             added = flags.count("1")
             self.counters.published += added
-            self.counters.deduplicated += len(batch) - added
+            self.counters.deduplicated += flags.count("0")
             if capped:
                 self._cap_alarm(name)
-        if failed and not out:
-            raise failed[0] if isinstance(failed[0], RedisError) else RedisError(failed[0])
+        if failed and not out and not refused:
+            raise failed[0] if isinstance(failed[0], REDIS_ERRORS) else RedisError(failed[0])
         if failed:
             self.counters.errors += 1
             rt.log(
@@ -247,7 +302,7 @@ class Relay:
                 len(failed),
                 safe_str(failed[0]),
             )
-        return out
+        return out, refused
 
     def _settle_calls(self) -> list[ScriptCall]:
         """``SETTLE`` calls for the rows marked since the last ones: their publish keys live
@@ -263,7 +318,7 @@ class Relay:
         if self._to_settle:
             try:
                 await run_scripts(self.rt.client, self._settle_calls())
-            except RedisError:
+            except REDIS_ERRORS:
                 pass  # the keys expire by their own TTL
             self._to_settle.clear()
 
@@ -295,7 +350,6 @@ class Relay:
             self.counters.purged += await rt.outbox.purge(
                 rt.engine, before=before, batch=opts.purge_batch
             )
-            await rt.inbox.purge(rt.engine, before=before, batch=opts.purge_batch)
         except SQLAlchemyError as exc:
             rt.log(logging.WARNING, "purge", "relay: purge failed (%s)", safe_str(exc))
 
@@ -305,7 +359,17 @@ class Relay:
         self._next_backlog = time.monotonic() + BACKLOG_INTERVAL
         try:
             backlog = await self.rt.outbox.backlog(self.rt.engine)
-        except SQLAlchemyError:
+        except SQLAlchemyError as exc:
+            self.rt.log(
+                logging.WARNING,
+                "backlog",
+                "relay: could not count the outbox backlog (%s); statistics keep the last count",
+                safe_str(exc),
+            )
             return
         self.counters.backlog = backlog.count
         self.counters.oldest_age = backlog.oldest_age(utcnow())
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -8,6 +8,8 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import RedisClusterException, RedisError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .._events import Event, EventRegistry
@@ -20,9 +22,16 @@ from ._options import DurableOptions
 from ._outbox import Outbox
 from ._scripts import Scripts
 
-__all__ = ["Fault", "Runtime", "logger", "utcnow"]
+__all__ = ["REDIS_ERRORS", "AnyRedis", "Fault", "Runtime", "logger", "utcnow"]
 
 logger = logging.getLogger("eventbus.durable")
+
+#: A client of one server, or of a Redis Cluster (every key of one event shares a slot).
+AnyRedis = Redis | RedisCluster
+
+#: What a Redis call may raise, cancellation aside. RedisClusterException (a slot without a
+#: node during a failover, a command the cluster client refuses) is not a RedisError.
+REDIS_ERRORS: tuple[type[Exception], ...] = (RedisError, RedisClusterException)
 
 #: A test's hook at a named point of the relay or a consumer (fault injection); awaited there.
 Fault = Callable[[str], Awaitable[None]]
@@ -41,7 +50,7 @@ class Runtime:
     """The parts of one running transport; built by :class:`~eventbus.durable.RedisStreams`."""
 
     options: DurableOptions
-    client: Redis
+    client: AnyRedis
     engine: AsyncEngine
     keys: StreamKeys
     outbox: Outbox

@@ -10,29 +10,45 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import NoScriptError
+import anyio
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 if TYPE_CHECKING:
-    from redis.asyncio import Redis
     from redis.commands.core import AsyncScript
+
+    from ._runtime import AnyRedis
 
 __all__ = ["ScriptCall", "Scripts", "run_scripts"]
 
 #: one script call: the script, its keys, its arguments
 ScriptCall = tuple["AsyncScript", Sequence[str], Sequence[str]]
 
-#: Add events of one stream, each once. KEYS: the stream, then one publish key per event.
-#: ARGV: publish key TTL (ms), MAXLEN cap (0: none), the event name, the envelope version,
-#: then per event: n, event_id, seq, occurred_at, payload, and n optional field/value pairs
-#: (the script writes the field names: half the arguments to send per event). A publish key
-#: that exists means the event was added before (by a relay that crashed or stalled before it
-#: marked the row): its id is returned instead of adding the event again. Returns {ids,
-#: flags, capped}: flags has "1" (added) or "0" (found) per event; capped is 1 when the stream
-#: has reached its cap.
+#: Add events of one stream, each once, while the relay's claim still holds. KEYS: the
+#: stream, then one publish key per event. ARGV: publish key TTL (ms), MAXLEN cap (0: none),
+#: the event name, the envelope version, the claim's deadline (Unix ms by the relay's clock;
+#: 0: none), then per event: n, event_id, seq, occurred_at, payload, and n optional
+#: field/value pairs (the script writes the field names: half the arguments to send per
+#: event).
+#: The fence: past the deadline (by the server's clock, ``TIME``), nothing is added and every
+#: flag is "2": the relay stalled after its claim, and another relay may have claimed, added
+#: and marked the rows since, and its publish keys may have expired.
+#: A publish key that exists means the event was added before (by a relay that crashed or
+#: stalled before it marked the row): its id is returned instead of adding the event again.
+#: Returns {ids, flags, capped}: flags has "1" (added), "0" (found) or "2" (refused) per
+#: event; capped is 1 when the stream has reached its cap.
 PUBLISH = """
 local ttl, cap, name, version = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local deadline = tonumber(ARGV[5])
 local ids, flags = {}, {}
-local pos = 5
+if deadline > 0 then
+    local t = redis.call('TIME')
+    if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) >= deadline then
+        for k = 2, #KEYS do ids[#ids + 1] = '' end
+        return {ids, string.rep('2', #KEYS - 1), 0}
+    end
+end
+local pos = 6
 for k = 2, #KEYS do
     local n = tonumber(ARGV[pos])
     local prev = redis.call('GET', KEYS[k])
@@ -130,10 +146,12 @@ return out
 """
 
 #: Trim a stream below the oldest entry any of its groups still needs: the smallest pending
-#: id, or the entry after the last one delivered, whichever is older; never an entry younger
-#: than ARGV[1] ms. A stream without groups is left alone (a service not deployed yet will
-#: want its events). KEYS: stream. ARGV: keep ms. Returns {min id kept, entries trimmed}, or
-#: false when there was nothing to decide on.
+#: id, or the entry after the last one delivered, whichever is older; for a group registered
+#: in the registry hash (KEYS[2], optional) that does not exist (declared, not created yet;
+#: or vanished), every entry younger than ARGV[2] ms (the outbox's retention); never an entry
+#: younger than ARGV[1] ms. A stream without groups is left alone (a service not deployed
+#: yet will want its events). KEYS: stream, registry. ARGV: keep ms, retention ms. Returns
+#: {min id kept, entries trimmed}, or false when there was nothing to decide on.
 TRIM = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
 local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
@@ -148,9 +166,11 @@ local function consider(ms, seq)
         best_ms, best_seq = ms, seq
     end
 end
+local present = {}
 for _, g in ipairs(groups) do
     local info = {}
     for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
+    present[info['name']] = true
     local ms, seq = parse(info['last-delivered-id'])
     consider(ms, seq + 1)
     if tonumber(info['pending']) > 0 then
@@ -158,12 +178,16 @@ for _, g in ipairs(groups) do
         consider(parse(s[2]))
     end
 end
-local keep = tonumber(ARGV[1])
-if keep > 0 then
-    local t = redis.call('TIME')
-    local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    consider(now_ms - keep, 0)
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if #KEYS > 1 then
+    for _, name in ipairs(redis.call('HKEYS', KEYS[2])) do
+        if not present[name] then consider(now_ms - tonumber(ARGV[2]), 0) end
+    end
 end
+local keep = tonumber(ARGV[1])
+if keep > 0 then consider(now_ms - keep, 0) end
+if best_ms < 0 then return false end
 local min_id = string.format('%.0f-%.0f', best_ms, best_seq)
 local trimmed = redis.call('XTRIM', KEYS[1], 'MINID', '~', min_id)
 return {min_id, trimmed}
@@ -195,7 +219,7 @@ return out
 class Scripts:
     """The scripts registered on one client (``EVALSHA``, loaded again after a restart)."""
 
-    def __init__(self, client: Redis) -> None:
+    def __init__(self, client: AnyRedis) -> None:
         self.publish: AsyncScript = client.register_script(PUBLISH)
         self.settle: AsyncScript = client.register_script(SETTLE)
         self.renew: AsyncScript = client.register_script(RENEW)
@@ -207,23 +231,42 @@ class Scripts:
 
 
 async def run_scripts(
-    client: Redis, calls: Sequence[ScriptCall], *, reload: bool = True
+    client: AnyRedis, calls: Sequence[ScriptCall], *, reload: bool = True
 ) -> list[Any]:
     """``EVALSHA`` every call in one pipeline; return each call's reply or exception.
 
     redis-py's own pipeline sends ``SCRIPT EXISTS`` first, a round trip per batch; here a
     script missing after a server restart fails with ``NOSCRIPT`` (without running), is
-    loaded, and only those calls are sent again.
+    loaded, and only those calls are sent again. On Redis Cluster, whose client refuses
+    scripts in a pipeline, the calls run concurrently instead, each on its key's node.
     """
-    async with client.pipeline(transaction=False) as pipe:
-        for script, keys, args in calls:
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
-        results: list[Any] = await pipe.execute(raise_on_error=False)
+    if isinstance(client, RedisCluster):
+        results = await _each(client, calls)
+    else:
+        async with client.pipeline(transaction=False) as pipe:
+            for script, keys, args in calls:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            results = await pipe.execute(raise_on_error=False)
     missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
     if missing and reload:
         for script in {id(calls[i][0]): calls[i][0] for i in missing}.values():
-            await client.script_load(script.script)
+            await client.script_load(script.script)  # on a cluster: on every master
         again = await run_scripts(client, [calls[i] for i in missing], reload=False)
         for i, reply in zip(missing, again, strict=True):
             results[i] = reply
+    return results
+
+
+async def _each(client: RedisCluster, calls: Sequence[ScriptCall]) -> list[Any]:
+    results: list[Any] = [None] * len(calls)
+
+    async def call(i: int, script: AsyncScript, keys: Sequence[str], args: Sequence[str]) -> None:
+        try:
+            results[i] = await client.evalsha(script.sha, len(keys), *keys, *args)
+        except (RedisError, RedisClusterException) as exc:
+            results[i] = exc
+
+    async with anyio.create_task_group() as tg:
+        for i, (script, keys, args) in enumerate(calls):
+            tg.start_soon(call, i, script, keys, args)
     return results

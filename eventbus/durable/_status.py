@@ -9,11 +9,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from ._envelope import DeadInfo, text_fields
 from ._keys import StreamKeys
+from ._registry import registered_groups
+from ._runtime import AnyRedis
 
 __all__ = [
     "DeadLetter",
@@ -50,6 +51,9 @@ class StreamStatus:
     last_id: str | None
     groups: tuple[GroupStatus, ...]
     dead: int  #: entries in the dead-letter stream
+    #: groups registered for the stream that do not exist on it (declared before their
+    #: service's first start, or gone): the janitor keeps ``retention`` of entries for them
+    absent_groups: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -83,7 +87,7 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-async def discover_events(client: Redis, keys: StreamKeys) -> list[str]:
+async def discover_events(client: AnyRedis, keys: StreamKeys) -> list[str]:
     """Names of the events that have a stream under this prefix (``SCAN ... TYPE stream``)."""
     names: set[str] = set()
     async for key in client.scan_iter(match=keys.scan_pattern(), count=1000, _type="stream"):
@@ -93,12 +97,14 @@ async def discover_events(client: Redis, keys: StreamKeys) -> list[str]:
     return sorted(names)
 
 
-async def stream_status(client: Redis, keys: StreamKeys, name: str) -> StreamStatus:
+async def stream_status(client: AnyRedis, keys: StreamKeys, name: str) -> StreamStatus:
     stream = keys.stream(name)
+    registered = await registered_groups(client, keys, name)
     try:
         info = await client.xinfo_stream(stream)
     except ResponseError:  # no such key
-        return StreamStatus(name, stream, 0, None, None, (), await _length(client, keys.dead(name)))
+        dead = await _length(client, keys.dead(name))
+        return StreamStatus(name, stream, 0, None, None, (), dead, tuple(registered))
     groups = []
     for g in await client.xinfo_groups(stream):
         gname = _text(g["name"])
@@ -130,10 +136,11 @@ async def stream_status(client: Redis, keys: StreamKeys, name: str) -> StreamSta
         last_id=_text(last[0]) if last else None,
         groups=tuple(sorted(groups, key=lambda g: g.name)),
         dead=await _length(client, keys.dead(name)),
+        absent_groups=tuple(r for r in registered if r not in {g.name for g in groups}),
     )
 
 
-async def _length(client: Redis, key: str) -> int:
+async def _length(client: AnyRedis, key: str) -> int:
     try:
         return int(await client.xlen(key))
     except ResponseError:
@@ -141,7 +148,7 @@ async def _length(client: Redis, key: str) -> int:
 
 
 async def pending_entries(
-    client: Redis, keys: StreamKeys, name: str, group: str, *, limit: int = 100
+    client: AnyRedis, keys: StreamKeys, name: str, group: str, *, limit: int = 100
 ) -> list[PendingEntry]:
     """Pending entries of *group* on the event's stream and its redelivery stream."""
     out: list[PendingEntry] = []
@@ -165,7 +172,7 @@ async def pending_entries(
 
 
 async def dead_letters(
-    client: Redis,
+    client: AnyRedis,
     keys: StreamKeys,
     name: str,
     *,

@@ -4,7 +4,7 @@ Redis Streams to one consumer group per listener.
 Publishing writes an outbox row in the caller's transaction; the relay of any process adds
 committed rows to the event's stream; each durable listener is a consumer group of its
 service (``service:listener``), whose consumers in every replica share the events. See the
-README's "Durable events" for the guarantees and the failure modes.
+docs/durable.md for the guarantees and the failure modes.
 """
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ import asyncio
 import os
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
-from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
 import anyio
 from anyio.abc import TaskGroup
-from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from .._events import Event, EventRegistry, default_registry
@@ -27,33 +26,34 @@ from .._exceptions import DuplicateListenerError, DurableError, UnknownEventErro
 from .._failures import FailureRecord
 from ..abc import FailureStore
 from ..backends.memory import MemoryFailureStore
-from ..backends.redis import check_redis_server, make_redis_client
 from ..backends.sql import make_engine, redact_url
 from ._events import DurableStarted, DurableStopped, register_durable_events
-from ._handback import redeliver, replay, republish
 from ._inbox import Inbox
 from ._keys import StreamKeys, consumer_name, validate_part
 from ._listener import DurableListener, Start, make_listener
+from ._operations import StreamOperations
 from ._options import DurableOptions
 from ._outbox import Outbox
 from ._relay import Relay
-from ._runtime import Fault, Runtime, logger, utcnow
+from ._runtime import AnyRedis, Fault, Runtime, logger, utcnow
+from ._server import check_pool, check_servers, client_from_url
 from ._stats import DurableStatistics, RelayCounters
-from ._status import DeadLetter, StreamStatus, dead_letters, discover_events, stream_status
 from ._tables import create_durable_tables, inbox, inbox_table, outbox, outbox_table
 from ._tasks import Tasks
 
 __all__ = ["RedisStreams"]
 
 
-class RedisStreams:
+class RedisStreams(StreamOperations):
     """The durable transport of one service (see the module docstring).
 
     Ownership: a Redis client or engine given as an object is the caller's and is never
     closed; one built from a URL is closed by :meth:`aclose`. Concurrency: asyncio only
     (redis-py's and SQLAlchemy's async APIs).
 
-    :param redis: a client (ideally :func:`eventbus.backends.redis.make_redis_client`) or URL
+    :param redis: a client (ideally :func:`eventbus.backends.redis.make_redis_client`), a
+        ``redis.asyncio.cluster.RedisCluster`` for a Redis Cluster, or a URL (a cluster's:
+        ``redis+cluster://host:port``)
     :param engine: the application's database (the outbox and inbox live next to its tables),
         as an ``AsyncEngine``, a URL or a SQLite path
     :param service: this service's name: each durable listener's group is ``service:name``
@@ -66,12 +66,13 @@ class RedisStreams:
     :param outbox_name: the outbox table's name
     :param inbox_name: the inbox table's name
     :param create_tables: create the outbox and inbox at start if missing
-    :param check_server: refuse an evicting Redis at start (see ``check_redis_server``)
+    :param check_server: refuse an evicting Redis (any master of a cluster) at start (see
+        ``check_redis_server``)
     """
 
     def __init__(
         self,
-        redis: Redis | str,
+        redis: AnyRedis | str,
         engine: AsyncEngine | str | os.PathLike[str],
         *,
         service: str,
@@ -90,11 +91,10 @@ class RedisStreams:
         self.options = options if options is not None else DurableOptions()
         self.registry = registry if registry is not None else default_registry
         self.keys = StreamKeys(prefix)
+        self.client: AnyRedis
         if isinstance(redis, str):
             # Blocking reads hold a connection each: one per group, plus headroom.
-            self.client = make_redis_client(
-                redis, socket_timeout=self.options.block + 5.0, max_connections=64
-            )
+            self.client = client_from_url(redis, block=self.options.block, connections=64)
             self._owns_client = True
         else:
             self.client, self._owns_client = redis, False
@@ -175,6 +175,8 @@ class RedisStreams:
             )
         if listener.name in self._listeners:
             raise DuplicateListenerError(listener.name)
+        if self._running:
+            self._check_pool(len(self._listeners) + 1)
         self._listeners[listener.name] = listener
         if self._running:
             self._tasks.add_soon(listener)
@@ -244,7 +246,7 @@ class RedisStreams:
         """Check Redis, create the tables, then run the relay, the consumers and the janitor
         in *task_group* until :meth:`aclose`.
 
-        :raises UnsafeRedisError: for an evicting ``maxmemory-policy`` (see the README)
+        :raises UnsafeRedisError: for an evicting ``maxmemory-policy`` (see docs/operations.md)
         :raises RuntimeError: if not on asyncio, or already started
         """
         try:
@@ -257,8 +259,11 @@ class RedisStreams:
             raise RuntimeError(f"{self!r} is already started")
         if not self.active:
             return
+        if isinstance(self.client, RedisCluster):
+            await self.client.initialize()  # its nodes, for the checks
+        self._check_pool(len(self._listeners))
         if self.check_server:
-            await check_redis_server(self.client, purpose="durable events", after_loss=_AFTER_LOSS)
+            await check_servers(self.client)
         if self.create_tables:
             await create_durable_tables(self.engine, tables=(self.outbox_table, self.inbox_table))
         register_durable_events(self.registry)
@@ -332,44 +337,11 @@ class RedisStreams:
             groups=groups,
         )
 
-    async def status(self, events: Sequence[str] | None = None) -> list[StreamStatus]:
-        """Length, groups (pending, lag) and dead letters of each event's stream (default:
-        every stream under the prefix)."""
-        names = (
-            list(events) if events is not None else await discover_events(self.client, self.keys)
+    def _check_pool(self, listeners: int) -> None:
+        """:raises ValueError: if the client cannot serve *listeners* (see ``check_pool``)"""
+        check_pool(
+            self.client, listeners=listeners, block=self.options.block, owned=self._owns_client
         )
-        return [await stream_status(self.client, self.keys, n) for n in names]
-
-    async def dead_letters(
-        self, event: str, *, group: str | None = None, limit: int | None = 100
-    ) -> list[DeadLetter]:
-        """Dead letters of *event*, oldest first (of one *group* if given): what
-        :meth:`replay` hands back, by their ``dead_id``."""
-        return await dead_letters(self.client, self.keys, event, group=group, limit=limit)
-
-    async def sweep(self, events: Sequence[str] | None = None) -> int:
-        """Run the janitor once now, whoever's turn it is, over the streams of *events*
-        (default: this process's listeners'); return the entries trimmed."""
-        return await self._tasks.janitor.sweep(events, force=True)
-
-    async def republish(self, *, since: datetime, events: Sequence[str] | None = None) -> int:
-        """Publish again every retained outbox row published at or after *since*; see
-        :func:`~eventbus.durable._handback.republish`."""
-        n = await republish(self.rt, since=since, events=events)
-        if self.relay is not None:
-            self.relay.wake()
-        return n
-
-    async def replay(
-        self, event: str, *, group: str | None = None, ids: Sequence[str] | None = None
-    ) -> list[str]:
-        """Hand dead letters back to their group; see :func:`~eventbus.durable._handback.replay`."""
-        return await replay(self.rt, event, group=group, ids=ids)
-
-    async def redeliver(self, failure: FailureRecord) -> str:
-        """Hand one dead durable failure back to its group alone (``failures retry``); see
-        :func:`~eventbus.durable._handback.redeliver`."""
-        return await redeliver(self.rt, failure)
 
     # -- hooks -----------------------------------------------------------------------------------
 
@@ -401,13 +373,6 @@ class RedisStreams:
             self.notify(event)
         except Exception:
             logger.warning("could not emit %r", event.event_name, exc_info=True)
-
-
-#: What the start-up warning about the Redis server adds (see ``check_redis_server``).
-_AFTER_LOSS = (
-    "Events published in a window a restart lost must be restored with republish(since=...); "
-    "an evicted publish key (they have a TTL) lets a retried relay add an event twice"
-)
 
 
 def _no_notify(_event: Event) -> None:

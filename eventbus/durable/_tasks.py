@@ -1,5 +1,6 @@
 """The tasks of a started durable transport: a consumer per durable listener, the relay and
-the janitor, run in a task group of their own inside the caller's, and stopped in order.
+the janitor (its sweeps and its inbox purge), run in a task group of their own inside the
+caller's, and stopped in order.
 
 Split from :mod:`eventbus.durable._streams`: ``RedisStreams`` checks, creates and announces;
 :class:`Tasks` runs and stops.
@@ -56,6 +57,7 @@ class Tasks:
                     if self.relay is not None:
                         tg.start_soon(self.relay.run)
                     tg.start_soon(self.janitor.run)
+                    tg.start_soon(self.janitor.purge_inbox_loop)
                     task_status.started()
         finally:
             self._stopped.set()

@@ -1,5 +1,6 @@
-"""The run table and the job table (portable types; the UTC column type is eventbus's), and
-the in-place migration that adds the columns newer versions need to tables users already have.
+"""The run table, the job table and the paused jobs (portable types; the UTC column type is
+eventbus's), and the in-place migration that adds the columns newer versions need to tables
+users already have.
 
 Changes to an existing table are additive only: a new column is nullable (``NULL`` reads as
 its default), and :func:`create_tables` adds what is missing at start, so a replica of the
@@ -8,12 +9,14 @@ newer version can run beside one of the older.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from eventbus.backends.sql import UTCDateTime, migrate_tables
 
-__all__ = ["create_tables", "jobs_table", "metadata", "runs_table"]
+__all__ = ["create_tables", "jobs_table", "metadata", "paused_table", "runs_table"]
 
 metadata = sa.MetaData()
 
@@ -56,8 +59,19 @@ jobs_table = sa.Table(
 )
 
 
-async def create_tables(engine: AsyncEngine) -> None:
-    """Create the run and job tables if they do not exist, and add to existing ones the
-    columns and indexes they lack (each column logged at WARNING, once); replicas starting
-    together retry (:func:`eventbus.backends.sql.migrate_tables`)."""
-    await migrate_tables(engine, metadata.sorted_tables)
+paused_table = sa.Table(
+    "scheduler_paused",
+    metadata,
+    # the jobs paused with Scheduler.pause() that are not in scheduler_jobs (written in code):
+    # a row while paused, so every replica sharing the database skips their fires
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("paused_at", UTCDateTime, nullable=False),
+)
+
+
+async def create_tables(engine: AsyncEngine, *, tables: Sequence[sa.Table] | None = None) -> None:
+    """Create the scheduler's tables (or only ``tables``) if they do not exist, and add to
+    existing ones the columns and indexes they lack (each column logged at WARNING, once);
+    replicas starting together retry (:func:`eventbus.backends.sql.migrate_tables`). Other
+    tables are left as they are: a store migrates only its own."""
+    await migrate_tables(engine, metadata.sorted_tables if tables is None else tables)

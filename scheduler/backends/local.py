@@ -117,11 +117,16 @@ class MemoryRunStore(AsyncResource):
     """The run table in a dict: for one process, and as the verified fake of ``SqlRunStore``.
 
     Records are immutable; the store keeps insertion order, which is start order. Closing it
-    keeps the records.
+    keeps the records. It keeps the paused state of jobs too, as ``SqlRunStore`` does, for the
+    schedulers of this process that share it (``in_process``: a restart forgets it).
     """
+
+    #: what it keeps lives in this process: other processes do not see it
+    in_process = True
 
     def __init__(self) -> None:
         self._records: dict[str, RunRecord] = {}
+        self._paused: set[str] = set()
 
     def __repr__(self) -> str:
         return f"MemoryRunStore(<{len(self._records)} runs>)"
@@ -170,6 +175,24 @@ class MemoryRunStore(AsyncResource):
             if r.task_name == task_name and r.scheduled_at is not None
         ]
         return max(fires, default=None)
+
+    async def fire_started(self, task_name: str, scheduled_at: datetime) -> bool:
+        await checkpoint()
+        return any(
+            r.task_name == task_name and r.scheduled_at == scheduled_at and r.status != "skipped"
+            for r in self._records.values()
+        )
+
+    async def set_job_paused(self, task_name: str, paused: bool) -> None:
+        await checkpoint()
+        if paused:
+            self._paused.add(task_name)
+        else:
+            self._paused.discard(task_name)
+
+    async def job_paused(self, task_name: str) -> bool:
+        await checkpoint()
+        return task_name in self._paused
 
     async def get(self, run_id: str) -> RunRecord | None:
         return self._records.get(run_id)

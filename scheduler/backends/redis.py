@@ -101,6 +101,7 @@ class RedisLock(AsyncResource):
         self.client = client
         self.prefix = prefix
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
+        self._settling = anyio.Lock()  # one settle at a time: the others wait for it
         self._pending: dict[tuple[str, bytes], int] = {}
         self._scripts: dict[str, AsyncScript] = {}
         self._unchecked = check_server
@@ -159,7 +160,14 @@ class RedisLock(AsyncResource):
         """Void what commands with an unknown outcome may have taken; how many remain.
 
         Stops at the first command that gets no answer (Redis is still away); never raises.
+        Settles run one at a time (the scheduler's background settle and a fire's own settle
+        before it takes a lock may overlap): a caller that finds one running waits for it,
+        then settles what is still left.
         """
+        async with self._settling:
+            return await self._settle_pending()
+
+    async def _settle_pending(self) -> int:
         for (key, token), px in list(self._pending.items()):
             try:
                 held = await self._void(key, token, px)
@@ -168,7 +176,7 @@ class RedisLock(AsyncResource):
             except Exception:
                 logger.exception("could not void %r in Redis; will try again", key)
                 break
-            del self._pending[(key, token)]
+            self._pending.pop((key, token), None)
             level = logging.WARNING if held else logging.INFO
             logger.log(
                 level,

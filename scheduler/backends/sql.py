@@ -1,4 +1,5 @@
-"""The run table and the job-definition table in SQL (SQLAlchemy 2 async).
+"""The run table (with the paused jobs) and the job-definition table in SQL (SQLAlchemy 2
+async).
 
 SQLite through aiosqlite by default; PostgreSQL (asyncpg) for replicas. Types are portable:
 text, integers, booleans, JSON as text, and timestamps stored as UTC (SQLite keeps them
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from eventbus.extras import missing_extra
@@ -27,7 +28,7 @@ from eventbus.backends.sql import make_engine, missing_columns
 
 from .._jobs import JobDefinition
 from .._records import RunRecord, RunStatus, abandoned_error
-from ._sql_schema import create_tables, jobs_table, metadata, runs_table
+from ._sql_schema import create_tables, jobs_table, metadata, paused_table, runs_table
 
 __all__ = [
     "SqlJobStore",
@@ -36,6 +37,7 @@ __all__ = [
     "jobs_table",
     "make_engine",  # eventbus.backends.sql's, re-exported: the one engine builder
     "metadata",
+    "paused_table",
     "runs_table",
 ]
 
@@ -86,7 +88,8 @@ def _values(record: RunRecord) -> dict[str, Any]:
 
 
 class SqlRunStore(AsyncResource):
-    """The run table in SQL; every call is one short transaction.
+    """The run table in SQL, and the paused state of the jobs that are not in a job table
+    (``scheduler_paused``); every call is one short transaction.
 
     Ownership: an engine passed in is never disposed by the store; one built by
     :meth:`from_url` is disposed by :meth:`aclose` (and on leaving ``async with``). Tables are
@@ -99,7 +102,7 @@ class SqlRunStore(AsyncResource):
     def __init__(self, engine: AsyncEngine, *, create: bool = True) -> None:
         self.engine = engine
         self._owns_engine = False
-        self._tables = _Tables(engine, create=create)
+        self._tables = _Tables(engine, create=create, tables=(runs_table, paused_table))
 
     @classmethod
     def from_url(cls, url: str | os.PathLike[str] | sa.URL, *, create: bool = True) -> SqlRunStore:
@@ -183,6 +186,18 @@ class SqlRunStore(AsyncResource):
             value: datetime | None = (await conn.execute(query)).scalar()
         return value
 
+    async def fire_started(self, task_name: str, scheduled_at: datetime) -> bool:
+        t = runs_table
+        query = (
+            sa.select(t.c.id)
+            .where(t.c.task_name == task_name)
+            .where(t.c.scheduled_at == scheduled_at)
+            .where(t.c.status != "skipped")
+            .limit(1)
+        )
+        async with await self._begin() as conn:
+            return (await conn.execute(query)).first() is not None
+
     async def get(self, run_id: str) -> RunRecord | None:
         async with await self._begin() as conn:
             row = (
@@ -210,6 +225,26 @@ class SqlRunStore(AsyncResource):
             rows = (await conn.execute(q)).all()
         return [_row_to_record(r) for r in rows]
 
+    async def set_job_paused(self, task_name: str, paused: bool) -> None:
+        """Keep job ``task_name`` paused (a row in ``scheduler_paused``), or resume it: every
+        replica on this database reads it at each fire, and it outlives a restart."""
+        t = paused_table
+        try:
+            async with await self._begin() as conn:
+                await conn.execute(t.delete().where(t.c.name == task_name))
+                if paused:
+                    now = datetime.now(UTC)
+                    await conn.execute(t.insert().values(name=task_name, paused_at=now))
+        except sa.exc.IntegrityError:  # another replica paused it between our two statements
+            if not paused:
+                raise
+
+    async def job_paused(self, task_name: str) -> bool:
+        """Whether job ``task_name`` is paused (see :meth:`set_job_paused`)."""
+        query = sa.select(paused_table.c.name).where(paused_table.c.name == task_name)
+        async with await self._begin() as conn:
+            return (await conn.execute(query)).first() is not None
+
     async def aclose(self) -> None:
         """Dispose the engine if this store built it (:meth:`from_url`)."""
         if self._owns_engine:
@@ -229,7 +264,7 @@ class SqlJobStore(AsyncResource):
 
     def __init__(self, engine: AsyncEngine, *, create: bool = True) -> None:
         self.engine = engine
-        self._tables = _Tables(engine, create=create)
+        self._tables = _Tables(engine, create=create, tables=(jobs_table,))
 
     def __repr__(self) -> str:
         return f"SqlJobStore({self.engine.url.render_as_string(hide_password=True)!r})"
@@ -298,15 +333,16 @@ class SqlJobStore(AsyncResource):
 
 
 class _Tables:
-    """Creates (or migrates) the tables once, before a store's first statement.
+    """Creates (or migrates) a store's own tables once, before its first statement.
 
     A store told not to create them (``create=False``: a command-line reader) reads tables
     of an older version as they are: the columns they lack read as their defaults.
     """
 
-    def __init__(self, engine: AsyncEngine, *, create: bool) -> None:
+    def __init__(self, engine: AsyncEngine, *, create: bool, tables: tuple[sa.Table, ...]) -> None:
         self.engine = engine
         self._create = create
+        self._own = tables
         self._ready = False
         self._lock: anyio.Lock | None = None
         self._missing: set[tuple[str, str]] = set()
@@ -323,19 +359,15 @@ class _Tables:
         async with self._lock:
             if self._ready:
                 return
-            if self._create:
-                await create_tables(self.engine)  # replicas starting together retry there
+            if self._create:  # replicas starting together retry there
+                await create_tables(self.engine, tables=self._own)
             else:
                 async with self.engine.connect() as conn:
-                    self._missing = await conn.run_sync(_missing_columns)
+                    self._missing = await conn.run_sync(_missing_columns, self._own)
             self._ready = True
 
 
-def _missing_columns(conn: sa.Connection) -> set[tuple[str, str]]:
+def _missing_columns(conn: sa.Connection, tables: tuple[sa.Table, ...]) -> set[tuple[str, str]]:
     """(table, column) pairs the existing tables lack (a table that is missing lacks none:
     reading it fails with the database's own error)."""
-    return {
-        (table.name, name)
-        for table in metadata.sorted_tables
-        for name in missing_columns(conn, table)
-    }
+    return {(table.name, name) for table in tables for name in missing_columns(conn, table)}

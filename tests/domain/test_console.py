@@ -186,6 +186,13 @@ async def test_schedule_and_cancel_a_publication_from_the_form(
         pytest.param(
             "/ops/articles/1/schedule", "2001-01-01T00:00", 400, "Not scheduled", id="past"
         ),
+        pytest.param(  # review finding 4: was a 500 (OverflowError) with a logged traceback
+            "/ops/articles/1/schedule",
+            "0001-01-01T00:00+14:00",
+            400,
+            "publication time '0001-01-01T00:00+14:00' is out of range",
+            id="before-year-1-in-utc",
+        ),
         pytest.param(
             "/ops/articles/9/schedule", "2999-01-01T00:00", 400, "Not scheduled", id="unknown"
         ),

@@ -3,7 +3,8 @@
 One live server (the domain web application with its console, seeded with the web demo's
 data) and one browser session serve the whole module. Every page load checks that the
 browser's console logged no error (a CSP violation, a missing file, a script error).
-``EVENTBUS_SCREENSHOTS=DIR`` (``make screenshots``) saves the README's screenshots there.
+``EVENTBUS_SCREENSHOTS=DIR`` (``make screenshots``) saves the screenshots of the README and
+docs/console.md there.
 """
 
 from __future__ import annotations

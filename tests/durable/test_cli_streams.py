@@ -172,3 +172,38 @@ def test_bad_input_and_unreachable_servers(
     down = f"redis://127.0.0.1:{free_port()}/0"
     code, _, err = run(capsys, "streams", "dead", "--redis", down)
     assert code == 1 and err.startswith("error: Redis failed: ConnectionError")
+
+
+def test_declare_forget_and_backfill_a_group(
+    filled: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, db = filled
+    code, out, _ = run(
+        capsys, "streams", "declare", "order.paid", "--group", "audit:log", "--redis", url
+    )
+    assert (code, out) == (0, "group audit:log declared for order.paid\n")
+    code, out, _ = run(capsys, "streams", "status", "--redis", url, "--no-db")
+    assert "  registered, not created: audit:log (the janitor keeps" in out
+    code, _, err = run(
+        capsys, "streams", "declare", "order.paid", "--group", "nocolon", "--redis", url
+    )
+    assert code == 2 and "group 'nocolon' must be 'service:listener'" in err
+    code, out, _ = run(
+        capsys, "streams", "forget", "order.paid", "--group", "audit:log", "--redis", url
+    )
+    assert (code, out) == (0, "group audit:log of order.paid forgotten\n")
+    code, out, _ = run(capsys, "streams", "status", "--redis", url, "--no-db", "--json")
+    assert json.loads(out)["streams"][0]["absent_groups"] == []
+    sync = SyncRedis.from_url(url)
+    try:
+        sync.xtrim(
+            STREAM, maxlen=1, approximate=False
+        )  # two of the three published events are gone
+        code, out, _ = run(
+            capsys, "streams", "backfill", "order.paid", "--group", "audit:log",
+            "--since", "1h", "--redis", url, "--db", str(db),
+        )  # fmt: skip
+        assert (code, out) == (0, "2 events handed to group audit:log\n")
+        assert sync.xlen("eventbus:evt:{order.paid}:re:audit:log") == 2
+    finally:
+        sync.close()

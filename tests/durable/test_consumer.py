@@ -224,6 +224,67 @@ async def test_f21_a_sync_listener_blocking_its_thread_keeps_its_lease(
     assert [g.reclaimed for s in (a, b) for g in s.statistics().groups] == [0, 0]
 
 
+async def test_a_call_past_call_timeout_is_cut_short_and_counts_as_a_failure(
+    make_streams: Factory, engine: AsyncEngine
+) -> None:
+    """Review risk 9: a hung call held its slot for ever (leases renewed, never retried,
+    never dead). With ``call_timeout`` it is cancelled, retried, and dead at the last try."""
+    store = MemoryFailureStore()
+    calls: list[int] = []
+    later: list[int] = []
+
+    async def hangs(e: OrderPaid) -> None:
+        if e.order_id == 1:
+            calls.append(current_delivery().deliveries)
+            await anyio.sleep(3600)  # a remote call that never answers
+        later.append(e.order_id)
+
+    opts = replace(FAST, call_timeout=0.3, max_deliveries=2)
+    streams = make_streams(options=opts, failures=store)
+    streams.subscribe(OrderPaid, hangs, name="hangs")
+    async with streams:
+        await publish(streams, engine, 1, 2)
+        await wait_until(lambda: later == [2], what="the next event, beside the hung one")
+        await wait_until(lambda: streams.statistics().group("hangs").dead == 1, what="dead")
+    assert calls == [1, 2]
+    [rec] = await store.query()
+    assert rec.error_type == "eventbus.ListenerTimeoutError"
+    assert rec.message == "listener 'hangs' did not finish within timeout=0.3s"
+
+
+async def test_an_entry_taken_over_before_its_dead_letter_is_not_counted_or_announced(
+    make_streams: Factory, engine: AsyncEngine, client: Redis
+) -> None:
+    """Review risk 10a: the DEAD_LETTER script found the entry no longer pending (another
+    consumer had reclaimed and finished it), yet it was counted dead and announced."""
+    announced: list[Event] = []
+    stream = "eventbus:evt:{order.paid}"
+
+    async def taken_over(point: str) -> None:
+        if point == "dead-letter":  # another consumer finishes it first
+            [pending] = await pending_of(client, streams, "svc:poison")
+            await client.xack(stream, "svc:poison", pending["message_id"])
+
+    async def poison(e: OrderPaid) -> None:
+        raise ValueError("poison")
+
+    streams = make_streams(options=replace(FAST, max_deliveries=1), _fault=taken_over)
+    streams.notify = announced.append
+    streams.subscribe(OrderPaid, poison, name="poison")
+    async with streams:
+        await publish(streams, engine, 1)
+        await wait_until(lambda: streams.statistics().group("poison").failed == 1, what="call")
+        await wait_until(lambda: _no_pending(client, streams), what="the other's acknowledgement")
+        await anyio.sleep(0.2)  # the dead-letter step is over
+        stats = streams.statistics().group("poison")
+    assert stats.dead == 0 and not any(isinstance(e, DeadLettered) for e in announced)
+    assert await client.xlen(streams.keys.dead("order.paid")) == 0
+
+
+async def _no_pending(client: Redis, streams: RedisStreams) -> bool:
+    return await pending_of(client, streams, "svc:poison") == []
+
+
 async def test_f17_shutdown_mid_call_never_acknowledges(
     make_streams: Factory, engine: AsyncEngine, client: Redis
 ) -> None:

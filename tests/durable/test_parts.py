@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
+from eventbus import FailureRecord
 from eventbus.durable import DeadInfo, DurableOptions, Envelope, EnvelopeError, StreamKeys
-from eventbus.durable._delivery import failure_id, parse_note
 from eventbus.durable._keys import group_name
+from eventbus.durable._link import DurableLink, failure_id, link_of, parse_note
 
 
 def test_every_key_of_an_event_shares_its_hash_tag() -> None:
@@ -81,6 +83,23 @@ def test_dead_failures_are_identified_by_group_and_entry() -> None:
         "seq": "7",
     }
     assert parse_note("retry: listener gone") is None and parse_note(None) is None
+
+
+def test_a_failure_row_links_to_its_group_by_its_columns_or_an_old_rows_note() -> None:
+    rec = FailureRecord.minimal(
+        event_name="order.paid", event_id="e1", listener="l", exc=ValueError("x"), attempts=5
+    )
+    assert link_of(rec) is None and rec.durable_group is None  # an in-process failure
+    link = DurableLink("g:l", "s", "1-0", 5, 7, "2026-01-01T00:00:00+00:00")
+    assert link.note() == (
+        "durable group=g:l stream=s entry=1-0 deliveries=5 seq=7 "
+        "occurred_at=2026-01-01T00:00:00+00:00"
+    )
+    assert link_of(rec.replace(note=link.note(), **link.columns())) == link
+    assert link_of(rec.replace(**link.columns(), note="an operator's words")) == replace(
+        link, occurred_at=None
+    )
+    assert link_of(rec.replace(note=link.note())) == link  # written before the columns
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -93,6 +94,38 @@ async def test_f4_a_relay_stopped_past_its_lease_marks_nothing_when_it_resumes(
     assert second_stats["relay"]["deduplicated"] == 1
     assert await client.xlen(STREAM) == 1
     assert len(call_rows(calls_file)) == 1
+
+
+async def test_f4_a_relay_stopped_before_its_xadd_past_its_lease_adds_nothing(
+    apps: Apps, engine: AsyncEngine, client: Redis, calls_file: Path
+) -> None:
+    """Regression test: stopped after its lease check and before its XADD, until the other
+    relay had published, marked, and its publish key had expired, the first relay added the
+    event again when it resumed. The PUBLISH script's fence refuses it now."""
+    first = await apps(
+        "--publish", "1", "--pause-at", "adding", "--pause-seconds", "0.3",
+        ready="paused adding",
+    )  # fmt: skip
+    os.kill(first.proc.pid, signal.SIGSTOP)
+    try:
+        second = await apps("--listener", "grant=effect")
+        await wait_until(lambda: n_effects(engine, 1), what="the effect")
+        await wait_until(lambda: _published(engine), what="the second relay's mark", within=10)
+        key = f"eventbus:evt:{{order.paid}}:pub:{(await outbox_row(engine)).event_id}"
+        await wait_until(lambda: _no_key(client, key), what="the publish key to expire")
+    finally:
+        os.kill(first.proc.pid, signal.SIGCONT)
+    await first.expect("at published")  # it went on after the pause: the script refused
+    first_stats = await first.stop()
+    second_stats = await second.stop()
+    assert (first_stats["relay"]["published"], first_stats["relay"]["leases_lost"]) == (0, 1)
+    assert second_stats["relay"]["published"] == 1
+    assert await client.xlen(STREAM) == 1
+    assert len(call_rows(calls_file)) == 1
+
+
+async def _no_key(client: Redis, key: str) -> bool:
+    return not await client.exists(key)
 
 
 async def _published(engine: AsyncEngine) -> bool:
@@ -183,6 +216,28 @@ async def test_f11_events_published_before_the_service_first_ran_are_delivered(
     service = await apps("--service", "late", "--listener", "grant=effect")
     await wait_until(lambda: n_effects(engine, 20), what="the backlog")
     await service.stop()
+    assert sorted(e.order_id for e in await effect_rows(engine)) == list(range(20))
+
+
+async def test_f11_with_another_service_consuming_and_its_janitor_running(
+    apps: Apps, engine: AsyncEngine, client: Redis, redis_url: str, calls_file: Path
+) -> None:
+    """The late service's group is declared by a deployment step (``streams declare``)
+    before the first event; the janitor of the service already consuming keeps its entries."""
+    declare = [sys.executable, "-m", "eventbus", "streams", "declare", "order.paid"]
+    done = await anyio.run_process([*declare, "--group", "late:grant", "--redis", redis_url])
+    assert done.stdout.decode() == "group late:grant declared for order.paid\n"
+    early = await apps(
+        "--service", "early", "--listener", "audit=call", "--janitor-interval", "0.1",
+        "--publish", "20",
+    )  # fmt: skip
+    await wait_until(lambda: _calls(calls_file, 20), what="the early service's calls")
+    await anyio.sleep(0.5)  # several janitor rounds, every entry read and acknowledged
+    early_stats = await early.stop()
+    assert early_stats["janitor"]["trimmed"] == 0 and await client.xlen(STREAM) == 20
+    late = await apps("--service", "late", "--listener", "grant=effect")
+    await wait_until(lambda: n_effects(engine, 20), what="the backlog")
+    await late.stop()
     assert sorted(e.order_id for e in await effect_rows(engine)) == list(range(20))
 
 

@@ -58,6 +58,18 @@ VALUES ('old-1', 'ev-old', 'chain.placed', '{"n": 0}', 1, 'app:old', 'ValueError
 """
 
 
+#: the columns added since the old schema (in the order add_missing_columns adds them)
+ADDED = (
+    "causation_id",
+    "correlation_id",
+    "durable_deliveries",
+    "durable_entry",
+    "durable_group",
+    "durable_seq",
+    "durable_stream",
+)
+
+
 def old_database(path: Path) -> str:
     with sqlite3.connect(path) as conn:
         conn.executescript(OLD_SCHEMA)
@@ -118,15 +130,12 @@ async def test_the_store_adds_the_new_columns_to_an_old_table_in_place(
     assert "correlation_id" not in columns(path)
     caplog.set_level(logging.WARNING, "eventbus.sql")
     records = await chain_of_failures(url)
-    assert columns(path)[-2:] == ["causation_id", "correlation_id"]
+    assert columns(path)[-len(ADDED) :] == list(ADDED)
     old = next(r for r in records if r.id == "old-1")
     assert (old.causation_id, old.correlation_id) == (None, None)
     assert sum(r.correlation_id is not None for r in records) == 6
     added = [r.getMessage() for r in caplog.records if "added column" in r.getMessage()]
-    assert added == [
-        "added column eventbus_failures.causation_id to the existing table",
-        "added column eventbus_failures.correlation_id to the existing table",
-    ]
+    assert added == [f"added column eventbus_failures.{c} to the existing table" for c in ADDED]
     with sqlite3.connect(path) as conn:
         indexes = {row[1] for row in conn.execute("PRAGMA index_list(eventbus_failures)")}
     conn.close()
@@ -153,10 +162,7 @@ async def test_create_tables_migrates_and_the_helper_is_idempotent(tmp_path: Pat
     try:
         async with engine.connect() as conn:
             table = failure_table()
-            assert await conn.run_sync(missing_columns, table) == {
-                "causation_id",
-                "correlation_id",
-            }
+            assert await conn.run_sync(missing_columns, table) == set(ADDED)
         await create_tables(engine)
         async with engine.begin() as conn:
             assert await conn.run_sync(missing_columns, table) == set()

@@ -245,3 +245,33 @@ async def test_replicas_starting_together_catch_up_each_missed_fire_once() -> No
     assert ran == [at(2), at(3), at(4), at(5), at(6)]
     reasons = {(r.error or "").split(":")[0] for r in await runs.query(status="skipped")}
     assert reasons <= {"claimed"}  # never 'locked': a missed fire waits for the lock
+
+
+async def test_replicas_catching_up_runs_longer_than_the_claims_run_each_fire_once() -> None:
+    """Regression test (review finding 2): ten missed fires, each run taking 100 s, with the
+    default lock_ttl (300 s). The backlog outlasted the per-fire claims; a replica that kept
+    waiting for the lock then took an older fire whose claim had expired, and ran it again."""
+    runs = MemoryRunStore()
+    ran: list[datetime] = []
+    await run_for(runs, T0, 1.5, ran)  # the job last fired at 00:01
+    ran.clear()
+    clock = VirtualClock(at(11.5))  # down until 00:11:30: 00:02 to 00:11 missed
+    lock = LocalLock(clock.now)
+    who: list[tuple[datetime, str]] = []
+    replicas = [  # no grace at exit: the run in progress then is cancelled, not waited for
+        Scheduler(clock=clock, runs=runs, lock=lock, replica=name, shutdown_grace=0)
+        for name in ("a", "b", "c")
+    ]
+    for sched in replicas:
+
+        async def report(run: RunContext, replica: str = sched.replica) -> None:
+            assert run.scheduled_at is not None
+            who.append((run.scheduled_at, replica))
+            await clock.sleep(100)
+
+        sched.add_cron("report", "0 * * * * *", report, catch_up="all")
+    with anyio.fail_after(20):
+        async with replicas[0], replicas[1], replicas[2]:
+            await clock.advance(1500)
+    caught_up = [fire for fire, _ in who if fire <= at(11.5)]
+    assert caught_up == [at(m) for m in range(2, 12)], who  # each once, in order

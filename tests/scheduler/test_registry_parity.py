@@ -3,6 +3,7 @@ next_fire_times, and bad input that names the argument (issue 15, items 6 and th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -94,6 +95,22 @@ def test_add_at_refuses_a_naive_datetime_and_names_the_argument() -> None:
             id="catch-up",
         ),
         pytest.param({"max_catch_up": 0}, r"^max_catch_up=0 must be a whole", id="max-catch-up"),
+        # review minor b: each was accepted, and broke the job later (never fired, or a
+        # lock-error at every fire: Redis cannot hold an infinite TTL)
+        pytest.param({"jitter": math.inf}, r"^jitter=inf must be a finite", id="jitter-inf"),
+        pytest.param({"jitter": True}, r"^jitter=True must be a number of sec", id="jitter-bool"),
+        pytest.param({"jitter": math.nan}, r"^jitter=nan must be a finite", id="jitter-nan"),
+        pytest.param(
+            {"misfire_grace": math.inf}, r"^misfire_grace=inf must be a finite", id="grace-inf"
+        ),
+        pytest.param(
+            {"misfire_grace": False}, r"^misfire_grace=False must be a number", id="grace-bool"
+        ),
+        pytest.param({"timeout": 1e308}, r"^timeout=1e\+308 must be at most", id="timeout-huge"),
+        pytest.param({"timeout": True}, r"^timeout=True must be a number", id="timeout-bool"),
+        pytest.param({"lock_ttl": 1e-9}, r"^lock_ttl=1e-09 must be at least 0.001", id="ttl-tiny"),
+        pytest.param({"lock_ttl": math.inf}, r"^lock_ttl=inf must be a finite", id="ttl-inf"),
+        pytest.param({"jitter": 10**12}, r"^jitter=1000000000000 must be at most", id="big"),
         pytest.param(
             {"max_running": 2, "wait_for_completion": False},
             r"max_running=2 or wait_for_completion=False, not both",
@@ -117,6 +134,21 @@ def test_bad_options_are_refused_by_every_registration_and_name_the_argument(
     for register in registrations:
         with pytest.raises(ValueError, match=message):
             register()
+    assert sched.jobs() == []
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        pytest.param("a\x00b", r"contains a NUL character", id="nul"),
+        pytest.param("\ud800x", r"not valid Unicode text \(a lone surrogate\)", id="surrogate"),
+    ],
+)
+def test_a_name_no_backend_can_keep_is_refused(name: str, message: str) -> None:
+    """A lone surrogate broke the console's job list (a 500); PostgreSQL keeps neither."""
+    sched, _, _ = make()
+    with pytest.raises(ValueError, match=message):
+        sched.add_cron(name, "0 * * * * *", noop)
     assert sched.jobs() == []
 
 

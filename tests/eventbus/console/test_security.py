@@ -19,6 +19,8 @@ from tests.console_support import TOKEN, csrf_of, field_of, login
 from tests.eventbus.console.conftest import Invoicer, console_client
 from tests.eventbus.helpers import OrderPaid
 
+KEY = "a-session-key-for-the-auth-tests"
+
 
 async def a_failure(bus: EventBus) -> str:
     bus.emit(OrderPaid(order_id=1, user_id=2))
@@ -51,7 +53,7 @@ def test_a_console_needs_exactly_one_way_to_log_in(bus: EventBus) -> None:
     with pytest.raises(ValueError, match="exactly one of secret= .* and auth="):
         Console(bus_pages(bus))
     with pytest.raises(ValueError, match="exactly one of"):
-        Console(bus_pages(bus), secret=TOKEN, auth=lambda r: "ann")
+        Console(bus_pages(bus), secret=TOKEN, auth=lambda r: "ann", session_key=KEY)
 
 
 @pytest.mark.parametrize("secret", ["short", "   ", "x" * 15])
@@ -313,7 +315,7 @@ async def test_read_only_shows_no_action_and_refuses_every_post(
             assert "read-only" in r.text
         [rec] = await bus.failures.query()
         assert (rec.status, invoicer.invoiced) == (FailureStatus.PENDING, [])
-        refused = console.audit.entries()
+        refused = [e for e in console.audit.entries() if e.action != "login"]
         assert len(refused) == len(action_paths(bus, failure_id))
         assert {e.outcome for e in refused} == {"refused"}
 
@@ -333,7 +335,8 @@ async def test_every_action_is_logged_with_who_what_and_when(
                 f"/ops/failures/{failure_id}/resolve", data={"csrf": csrf, "note": "dup"}
             )
         assert r.status_code == 303
-        [ok, refused] = console.audit.entries()
+        [ok, refused, login_entry] = console.audit.entries()
+        assert (login_entry.action, login_entry.outcome) == ("login", "ok")
         assert (ok.user, ok.action, ok.target, ok.outcome) == (
             "ann",
             "failures.resolve",
@@ -357,7 +360,7 @@ async def test_an_auth_callable_replaces_the_login_form(bus: EventBus) -> None:
         return request.headers.get("x-user")
 
     failure_id = await a_failure(bus)
-    async with console_client(bus, secret=None, auth=auth) as (client, console):
+    async with console_client(bus, secret=None, auth=auth, session_key=KEY) as (client, console):
         assert (await client.get("/ops/")).status_code == 401
         assert (await client.get("/ops/login")).status_code == 401
         client.headers["x-user"] = "bob"
@@ -377,7 +380,10 @@ async def test_an_async_auth_callable_and_a_login_url(bus: EventBus) -> None:
     async def auth(request: Request) -> str | None:
         return None
 
-    async with console_client(bus, secret=None, auth=auth, login_url="/sso") as (client, _):
+    async with console_client(bus, secret=None, auth=auth, login_url="/sso", session_key=KEY) as (
+        client,
+        _,
+    ):
         r = await client.get("/ops/bus")
         assert (r.status_code, r.headers["location"]) == (303, "/sso")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import anyio
@@ -215,3 +215,18 @@ async def test_manual_trigger_goes_through_the_same_lock(store: RunStore) -> Non
 
 async def _noop(run: RunContext) -> None:
     pass
+
+
+async def test_fire_started_tells_whether_a_run_of_that_fire_began(store: RunStore) -> None:
+    """A skip of the fire (claimed, locked...) is not a run; any other status is."""
+    assert isinstance(store, MemoryRunStore | SqlRunStore)  # the optional method: both have it
+    fire = T0 + timedelta(minutes=5)
+    assert await store.fire_started("job", fire) is False
+    await store.add(record(5, status="skipped", error="claimed: another replica took it"))
+    assert await store.fire_started("job", fire) is False
+    await store.add(record(6, id="run6b", scheduled_at=fire))
+    assert await store.fire_started("job", fire) is True
+    assert await store.fire_started("other", fire) is False
+    assert await store.fire_started("job", fire + timedelta(microseconds=1)) is False
+    await store.update(record(6, id="run6b", scheduled_at=fire, status="failed"))
+    assert await store.fire_started("job", fire.astimezone(timezone(timedelta(hours=2))))

@@ -123,8 +123,14 @@ def test_pause_and_resume_change_the_job_table(db: str, capsys: pytest.CaptureFi
         ),
         pytest.param(
             ["pause", "x", "--app", "cliapp_jobs:sched"],
-            "error: --app 'cliapp_jobs:sched' keeps no job table (job_source=)",
-            id="app-without-table",
+            "error: no job named 'x' in --app 'cliapp_jobs:sched'; known jobs: 'poll', 'report'",
+            id="app-unknown-job",
+        ),
+        pytest.param(
+            ["pause", "poll", "--app", "cliapp_jobs:in_memory"],
+            "error: --app 'cliapp_jobs:in_memory' keeps the paused state of 'poll' in its own "
+            "process",
+            id="app-keeping-it-in-memory",
         ),
     ],
 )
@@ -170,6 +176,34 @@ def test_pause_adds_the_paused_column_to_an_older_job_table(
     capsys.readouterr()
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT paused FROM scheduler_jobs").fetchall() == [(1,)]
+        # regression test (review minor c): pause changed the rest of the schema too, and
+        # created the run table
+        tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        assert tables == [("scheduler_jobs",)]
+
+
+def test_pause_leaves_an_older_run_table_as_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression test (review minor c): the job table's migration added the run table's
+    newer columns too; a replica of the older version still writes that table."""
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "CREATE TABLE scheduler_jobs (name VARCHAR(200) PRIMARY KEY, expr VARCHAR(200) "
+            "NOT NULL, tz VARCHAR(64) NOT NULL, enabled BOOLEAN NOT NULL, payload TEXT, "
+            "paused BOOLEAN)"
+        )
+        conn.execute("INSERT INTO scheduler_jobs VALUES ('r', '0 0 9 * * *', 'UTC', 1, NULL, 0)")
+        conn.execute("CREATE TABLE scheduler_runs (seq INTEGER PRIMARY KEY, id VARCHAR(32))")
+        schema = conn.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall()
+    assert main(["pause", "r", "--db", str(path)]) == 0
+    assert capsys.readouterr().out.startswith("r: paused")
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall() == (
+            schema
+        )
+        assert conn.execute("SELECT paused FROM scheduler_jobs").fetchall() == [(1,)]
 
 
 APP = """
@@ -182,7 +216,10 @@ with_table = Scheduler(
     runs=SqlRunStore(engine), job_source=SqlJobStore(engine), job_factory=lambda d: remind
 )
 
+in_memory = Scheduler()
+
 @sched.interval(seconds=90, name="poll")
+@in_memory.interval(seconds=90, name="poll")
 async def poll(run):
     return 1
 
@@ -228,6 +265,29 @@ def test_jobs_and_pause_of_an_app_with_a_job_table(
     assert [line.split("  ")[:3] for line in lines[::2]] == [
         ["reminder:1", "cron '0 0 9 * * *' (Europe/Paris)", "paused"],
     ]  # the disabled row and the bad one are not loaded by a scheduler
+
+
+def test_pause_and_resume_of_a_job_written_in_code_in_the_app_s_run_table(
+    app: str, db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job of the app's code, whose scheduler keeps the paused state in its SqlRunStore:
+    every replica on the database reads it (review finding 3)."""
+    assert main(["pause", "poll", "--app", f"{app}:sched"]) == 0
+    assert capsys.readouterr().out == (
+        "poll: paused; every replica skips its fires from the next one on\n"
+    )
+    assert main(["jobs", "--app", f"{app}:sched", "-n", "1", *AFTER]) == 0
+    assert capsys.readouterr().out.splitlines()[0].split("  ")[:3] == [
+        "poll",
+        "interval 'every 90s' (UTC)",
+        "paused",
+    ]
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT name FROM scheduler_paused").fetchall() == [("poll",)]
+    assert main(["resume", "poll", "--app", f"{app}:sched"]) == 0
+    capsys.readouterr()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT name FROM scheduler_paused").fetchall() == []
 
 
 async def test_a_pause_from_the_cli_reaches_a_running_scheduler(db: str) -> None:

@@ -1,0 +1,91 @@
+"""The relay's fence: a relay that stalls after its claim (SIGSTOP, a VM pause, a long GC)
+and resumes after its lease ran out adds nothing, whatever became of the publish keys."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import anyio
+from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from eventbus.durable import RedisStreams, create_durable_tables
+from tests.durable.conftest import FAST, Factory, entries, wait_until
+from tests.durable.events import OrderPaid
+
+
+async def test_f4_a_relay_stalled_before_its_xadd_past_its_lease_adds_nothing(
+    make_streams: Factory, engine: AsyncEngine, client: Redis
+) -> None:
+    """Regression test: relay A passed its lease check, stalled before its XADD for longer
+    than lease + settle; relay B published and marked the row, its publish key expired, and
+    A then added the event a second time (the reviewer's e1_relay_stall)."""
+    opts = replace(FAST, lease=1.0)  # the publish key lives 2 s after B marks the row
+    stalled, resume = anyio.Event(), anyio.Event()
+
+    async def fault(point: str) -> None:
+        if point == "adding":  # after the lease check, before the XADD
+            stalled.set()
+            await resume.wait()
+
+    a = make_streams(options=opts, consumer="relay-a", _fault=fault)
+    b = make_streams(options=opts, consumer="relay-b")
+    assert a.relay is not None and b.relay is not None
+    await create_durable_tables(engine)
+    async with engine.begin() as conn:
+        [event_id] = await a.publish_many([OrderPaid(order_id=1)], conn)
+    key = a.keys.published("order.paid", event_id)
+    claimed: list[int] = []
+
+    async def run_a() -> None:
+        assert a.relay is not None
+        claimed.append(await a.relay.publish_batch())
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_a)
+            with anyio.fail_after(5):
+                await stalled.wait()
+            async with b:  # claims once A's lease has run out, publishes, marks
+                await wait_until(lambda: b.statistics().relay.published == 1, what="B's publish")
+                await wait_until(lambda: _gone(client, key), what="the publish key to expire")
+            resume.set()
+    finally:
+        await a.relay.aclose()
+    found = await entries(client, a.keys.stream("order.paid"))
+    assert [f[b"event_id"] for _, f in found] == [event_id.encode()]  # added once
+    assert claimed == [1]
+    assert (a.relay.counters.published, a.relay.counters.leases_lost) == (0, 1)
+
+
+async def _gone(client: Redis, key: str) -> bool:
+    return not await client.exists(key)
+
+
+async def test_the_backlog_statistic_is_kept_fresh_while_the_relay_is_saturated(
+    make_streams: Factory, engine: AsyncEngine
+) -> None:
+    """Review risk 10b: the backlog was counted only when a batch came back short, so a
+    saturated relay (the moment it matters) reported none, or a stale count."""
+    await create_durable_tables(engine)
+    quiet = make_streams(options=replace(FAST, relay=False))
+    async with engine.begin() as conn:
+        await quiet.publish_many([OrderPaid(order_id=i) for i in range(3000)], conn)
+
+    async def slow_batches(point: str) -> None:
+        if point == "claimed":
+            await anyio.sleep(0.01)
+
+    streams = make_streams(options=replace(FAST, relay_batch=50), _fault=slow_batches)
+    seen: list[int] = []
+    async with streams:
+        await wait_until(lambda: _backlog_seen(streams, seen), what="a backlog count under load")
+        await wait_until(lambda: streams.statistics().relay.backlog == 0, what="the end")
+    assert 0 < seen[0] < 3000
+
+
+def _backlog_seen(streams: RedisStreams, seen: list[int]) -> bool:
+    backlog = streams.statistics().relay.backlog
+    if backlog:
+        seen.append(backlog)
+    return bool(seen)
