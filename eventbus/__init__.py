@@ -40,6 +40,7 @@ from ._exceptions import DurableError as DurableError
 from ._exceptions import EventBusError as EventBusError
 from ._exceptions import InvalidEventNameError as InvalidEventNameError
 from ._exceptions import InvalidPatternError as InvalidPatternError
+from ._exceptions import ListenerCancelledError as ListenerCancelledError
 from ._exceptions import ListenerDroppedError as ListenerDroppedError
 from ._exceptions import ListenerErrors as ListenerErrors
 from ._exceptions import ListenerLookupError as ListenerLookupError
@@ -78,6 +79,7 @@ __all__ = [
     "InvalidEventNameError",
     "InvalidPatternError",
     "Listener",
+    "ListenerCancelledError",
     "ListenerDroppedError",
     "ListenerErrors",
     "ListenerLookupError",

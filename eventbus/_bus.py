@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -29,7 +30,7 @@ from . import _durable_front, _emit_async, _lifecycle, _retry, _subscribing
 from . import _observe as _observe_mod
 from ._compiler import DispatchCache, Runtime
 from ._counting import ListenerStatistics
-from ._emission import register_emit_frame
+from ._emission import Emission, register_emit_frame
 from ._events import Event, EventRegistry, coerce_event, default_registry
 from ._exceptions import RecursionLimitError
 from ._failures import FailureRecord
@@ -270,9 +271,9 @@ class EventBus:
         :raises BusNotRunningError: if async listeners match and ``async with bus:`` is not entered
         :raises ListenerErrors: under ``errors="propagate"``, after every sync listener ran
         """
-        # The hot path: a declared event at the top level (not nested in another emit, no
-        # async listener call in progress), and no payload, from the running loop's thread
-        # (any thread while the bus does not run). Everything else takes _emit_checked.
+        # The hot path: a declared event at the top level (no emit or async listener call in
+        # progress anywhere), and no payload, from the running loop's thread (any thread while
+        # the bus does not run). Everything else takes _emit_checked. See eventbus._nesting.
         try:
             call, compiled = self._dispatch[type(event)]
         except KeyError:
@@ -280,7 +281,7 @@ class EventBus:
             # that the KeyError does not become the context of what a listener raises)
         else:
             nesting = self._nesting
-            if payload is None and nesting.top is None:  # idle, and the bus does not run
+            if payload is None and nesting.top is None:  # at rest, and the bus does not run
                 nesting.top = event  # the emission, kept as its bare event until asked for
                 try:
                     if (value := call(event)) is not None:
@@ -290,9 +291,9 @@ class EventBus:
                         raise  # for the publisher: generated functions record their listeners'
                     compiled.record(self._sink, nesting, exc)
                 finally:
-                    nesting.top = None
+                    nesting.top = nesting.rest
                 return None
-            # Idle while the bus runs: the same, from the loop's thread only. Written out
+            # At rest while the bus runs: the same, from the loop's thread only. Written out
             # twice so that a bus that does not run pays nothing for the thread check.
             if payload is None and nesting.top is RUNNING and self._thread.__dict__:
                 nesting.top = event
@@ -304,23 +305,28 @@ class EventBus:
                         raise
                     compiled.record(self._sink, nesting, exc)
                 finally:
-                    nesting.top = RUNNING
+                    nesting.top = nesting.rest
                 return None
         return self._emit_checked(event, payload)
 
     def _emit_checked(self, event: Event | str, payload: Mapping[str, Any] | None) -> None:
         """``emit()`` with every check: the thread, coercion, compiling, the depth limit, the
-        cause."""
+        cause; the emission is kept in this thread's own state."""
         if self._thread is not None:
             self._loop.check("emit", event)
         event = coerce_event(self.registry, event, payload)
         call, compiled = self._compiled.get(type(event))
         nesting = self._nesting
-        cause = nesting.current()
-        if cause is not None and cause.depth >= nesting.max_depth:
+        cause = nesting.current(sys._getframe(2))  # above this emit's own two frames
+        if cause is None:
+            emission = Emission.first(event)
+        elif cause.depth >= nesting.max_depth:
             raise RecursionLimitError(event.__event_name__, nesting.max_depth)
-        saved = nesting.top  # read after current(), which may have made the cause's Emission
-        nesting.top = event if cause is None else cause.child(event)
+        else:
+            emission = cause.child(event)
+        local = nesting.local
+        saved, local.sync = local.sync, emission
+        nesting.park()
         try:  # as in emit()
             if (value := call(event)) is not None:
                 compiled.returned(value)
@@ -329,7 +335,8 @@ class EventBus:
                 raise
             compiled.record(self._sink, nesting, exc)
         finally:
-            nesting.top = saved
+            local.sync = saved
+            nesting.unpark()
 
     _observe = _observe_mod.attach
 
@@ -398,5 +405,5 @@ class EventBus:
 
 
 # current_emission() finds a sync listener's emission by these frames on the stack.
-register_emit_frame(EventBus.emit.__code__)
-register_emit_frame(EventBus._emit_checked.__code__)
+register_emit_frame(EventBus.emit.__code__, fast=True)
+register_emit_frame(EventBus._emit_checked.__code__, fast=False)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ._pool import QueuedCall
 
 __all__ = [
+    "absorb_cancel",
     "add_note_once",
     "attempt",
     "backoff_delay",
@@ -57,22 +58,43 @@ def backoff_delay(first: float, attempts: int) -> float:
     return min(first * 2.0 ** (attempts - 1), MAX_BACKOFF)
 
 
-def cancelled_from_outside() -> bool:
+def cancelled_from_outside(*, own_task: bool = False) -> bool:
     """Whether a cancellation seen now comes from an enclosing scope, not from the listener.
 
     A listener may raise the cancellation exception itself (asyncio: it awaited a future that
     was cancelled elsewhere); that is its failure. A scope of ours or the publisher's shows as a
     cancelled effective deadline, and a plain ``task.cancel()`` as ``cancelling()``.
+
+    :param own_task: the call runs in a task of the bus's own (a worker, one of
+        ``emit_async()``'s), which nobody else may cancel but through a scope: a plain
+        ``task.cancel()`` there came from the listener (or a library it called), and is its
+        failure too (see :func:`absorb_cancel`)
     """
     deadline = anyio.current_effective_deadline()
     if deadline == -math.inf or deadline <= anyio.current_time():
         return True
-    if not on_asyncio():
+    if own_task or not on_asyncio():
         return False  # trio: a listener cannot raise Cancelled without a scope
     import asyncio
 
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
+
+
+def absorb_cancel() -> None:
+    """Take back the ``task.cancel()`` requests of the current asyncio task (no-op elsewhere).
+
+    For a cancellation :func:`cancelled_from_outside` found to be a listener's own in a task
+    of the bus: the call is recorded as failed, and the task goes on (a worker serves the
+    queue, and asyncio would otherwise cancel its next await).
+    """
+    if not on_asyncio():
+        return
+    import asyncio
+
+    task = asyncio.current_task()
+    while task is not None and task.cancelling():
+        task.uncancel()
 
 
 def checkpoint() -> Awaitable[None]:
@@ -125,12 +147,16 @@ async def call_async(
     sink: FailureSink,
     backoff: float,
     job: QueuedCall | None = None,
+    *,
+    own_task: bool = False,
 ) -> tuple[BaseException | None, Any, FailureRecord | None]:
     """Call *sub* with retries and backoff; a sync *sub* is run inline (``emit_async()``).
 
     A cancellation the listener raised itself is its failure; one from an enclosing scope
     propagates. With a *job*, attempts and the last error are kept on it, and a failure
     after shutdown cut the job short is left for shutdown to record.
+
+    :param own_task: this runs in a task of the bus's own (see :func:`cancelled_from_outside`)
     """
     attempts = 0
     while True:
@@ -150,10 +176,13 @@ async def call_async(
                     value = await value
             return None, value, None
         except BaseException as exc:
-            if not isinstance(exc, Exception) and (
-                not isinstance(exc, anyio.get_cancelled_exc_class()) or cancelled_from_outside()
-            ):
-                raise
+            if not isinstance(exc, Exception):
+                if not isinstance(exc, anyio.get_cancelled_exc_class()) or cancelled_from_outside(
+                    own_task=own_task
+                ):
+                    raise
+                if own_task:
+                    absorb_cancel()
             if job is not None:
                 job.last_error = exc
                 if job.scope is not None and job.scope.cancel_called:

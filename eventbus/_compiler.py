@@ -10,10 +10,16 @@ sync listener compiles to the listener itself: ``emit()`` calls it inside its ow
 call fewer), and records its failure.
 
 The source is registered with :mod:`linecache` under a name such as
-``<eventbus: emit('order.paid') 3f2a9c1e>``, so tracebacks through it show its lines. Print it
-with ``bus._dispatch_source(OrderPaid)``. Measured against the alternatives (a closure looping
-over a tuple, a chain of nested closures), generated source is the fastest by far, and reads
-best in a traceback.
+``<eventbus: emit('order.paid') 3f2a9c1e>``, so tracebacks through it show its lines, for as
+long as its code lives (see :func:`~eventbus._tracebacks.register_source`). Print it with
+``bus._dispatch_source(OrderPaid)``. Measured against the alternatives (a closure looping over
+a tuple, a chain of nested closures), generated source is the fastest by far, and reads best in
+a traceback.
+
+A subscription per request (``wait_for()``, ``subscribed()``) changes the plan of one event
+type twice per request: the :class:`DispatchCache` keeps the functions of the last few plans
+of each bus, so the plan of before the request gets its function back, and the code of a
+source compiled recently is reused across buses.
 
 A call limit (``times=``, ``once``) is a step written only for the listeners that have one,
 and so is a call count (``c0.calls += 1``): only while the bus counts calls (see
@@ -30,8 +36,8 @@ import collections
 import dataclasses
 import hashlib
 import inspect
-import linecache
 from collections.abc import Callable
+from types import CodeType
 from typing import Any, Protocol
 
 from ._calls import add_note_once, call_sync
@@ -44,15 +50,18 @@ from ._nesting import Nesting
 from ._observe import Observer
 from ._sink import FailureSink, awaitable_error
 from ._table import ListenerTable, Plan
+from ._tracebacks import register_source
 
 __all__ = ["Compiled", "DispatchCache", "Dispatcher", "Runtime", "compile_plan"]
 
 Dispatcher = Callable[[Any], object]  # called with an Event only; Any keeps emit() free of casts
 
-#: Generated sources kept in linecache (oldest dropped first): a traceback rendered after its
-#: source was dropped shows no source line for that frame.
-MAX_SOURCES = 1000
-_sources: collections.OrderedDict[str, None] = collections.OrderedDict()
+#: Compiled code of the most recent dispatch sources, by source text: a plan compiled again
+#: (the same listeners subscribed again, as a subscription per request does) reuses it.
+CACHED_CODES = 256
+#: Functions a bus keeps for plans that may come back (see :class:`DispatchCache`)
+RECENT_PLANS = 64
+_codes: collections.OrderedDict[str, CodeType] = collections.OrderedDict()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -137,6 +146,11 @@ class DispatchCache:
         self._policy = policy
         self.entries: dict[type, tuple[Dispatcher, Compiled]] = {}
         runtime.table.watch(self.entries)
+        #: the entries of the last plans compiled, by plan (listeners by identity, with their
+        #: calls): a plan that comes back gets its function back
+        self._recent: collections.OrderedDict[tuple[Any, ...], tuple[Dispatcher, Compiled]] = (
+            collections.OrderedDict()
+        )
         self._observer: Observer | None = None  # wraps each entry as it is compiled
         #: the call counters, kept while counting is off
         self.counts = CallCounts()
@@ -152,6 +166,7 @@ class DispatchCache:
     def observer(self, observer: Observer | None) -> None:
         self._observer = observer
         self.hooked = observer is not None or self._counting
+        self._recent.clear()
 
     @property
     def counting(self) -> bool:
@@ -164,7 +179,7 @@ class DispatchCache:
             self._counting = on
             self.hooked = self._observer is not None or on
             self.runtime.sink.counts = self.counts if on else None
-            self.entries.clear()
+            self.clear()
 
     @property
     def policy(self) -> ErrorPolicy:
@@ -173,7 +188,12 @@ class DispatchCache:
     @policy.setter
     def policy(self, policy: ErrorPolicy) -> None:
         self._policy = policy
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget every function: what they were compiled with changed."""
         self.entries.clear()
+        self._recent.clear()
 
     def get(self, cls: type[Event]) -> tuple[Dispatcher, Compiled]:
         """The entry of *cls*, compiled on first use.
@@ -183,12 +203,24 @@ class DispatchCache:
         entry = self.entries.get(cls)
         if entry is None:
             plan = self.runtime.table.plan(cls)
-            counts = self.counts if self._counting else None
-            entry = compile_plan(plan, self._policy, self.runtime, counts)
-            if self._observer is not None:
-                call, compiled = entry
-                entry = (self._observer.dispatch(plan, call, compiled.single is not None), compiled)
+            key = (cls, plan.listeners, tuple(sub.call for sub in plan.listeners))
+            entry = self._recent.get(key)
+            if entry is None:
+                entry = self._compile(plan)
+                self._recent[key] = entry
+                while len(self._recent) > RECENT_PLANS:
+                    self._recent.popitem(last=False)
+            else:
+                self._recent.move_to_end(key)
             self.entries[cls] = entry
+        return entry
+
+    def _compile(self, plan: Plan) -> tuple[Dispatcher, Compiled]:
+        counts = self.counts if self._counting else None
+        entry = compile_plan(plan, self._policy, self.runtime, counts)
+        if self._observer is not None:
+            call, compiled = entry
+            entry = (self._observer.dispatch(plan, call, compiled.single is not None), compiled)
         return entry
 
 
@@ -215,16 +247,35 @@ def compile_plan(
         "awaitable_error": awaitable_error,
         "noted": _noted,
         "ListenerErrors": ListenerErrors,
-        "remove": runtime.table.remove,
+        "remove": runtime.table.spend,
     }
     for i, sub in enumerate(subs):
         namespace[f"l{i}"] = sub.call
         namespace[f"s{i}"] = sub
         if counts is not None:
             namespace[f"c{i}"] = counts.cell(plan.event_type.__event_name__, sub.name)
-    exec(compile(source, _register(plan, source), "exec"), namespace)
+    exec(_code(plan, source), namespace)
     fn: Dispatcher = namespace[_function_name(plan)]
     return fn, Compiled(plan, None, source)
+
+
+def _code(plan: Plan, source: str) -> CodeType:
+    """The module code defining *plan*'s function: compiled once per source text."""
+    code = _codes.get(source)
+    if code is not None:
+        _codes.move_to_end(source)
+        return code
+    digest = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()[:8]
+    filename = f"<eventbus: emit({plan.event_type.__event_name__!r}) {digest}>"
+    code = compile(source, filename, "exec")
+    # The source stays in linecache while its function's code lives (a traceback captured
+    # through it holds that code): the text of such a traceback does not depend on when it
+    # is rendered.
+    register_source(filename, source, next(c for c in code.co_consts if type(c) is CodeType))
+    _codes[source] = code
+    while len(_codes) > CACHED_CODES:
+        _codes.popitem(last=False)
+    return code
 
 
 def _function_name(plan: Plan) -> str:
@@ -299,15 +350,3 @@ def _step(i: int, sub: Listener, propagate: bool, counted: bool) -> list[str]:
             f"    {line}" for line in call
         ]
     return lines + call
-
-
-def _register(plan: Plan, source: str) -> str:
-    digest = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()[:8]
-    filename = f"<eventbus: emit({plan.event_type.__event_name__!r}) {digest}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    _sources[filename] = None
-    _sources.move_to_end(filename)
-    while len(_sources) > MAX_SOURCES:
-        old, _ = _sources.popitem(last=False)
-        linecache.cache.pop(old, None)
-    return filename

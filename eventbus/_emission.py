@@ -6,7 +6,8 @@ records that event's id as its ``causation_id``, and the id of the chain's first
 together. The chain crosses sync, async, background and nested emits of one bus.
 
 Nothing here is paid by an emit nobody asks about: the ids are random and made on first use
-(a failure, a child emit, :func:`current_emission`), and ``emit()``'s fast path keeps its
+(a failure, :func:`current_emission` and its ids, a child's ids), a child emission refers to
+its cause's object until its own ids are asked for, and ``emit()``'s fast path keeps its
 emission as the bare event until then (see :mod:`eventbus._nesting`).
 """
 
@@ -23,7 +24,14 @@ from ._failures import new_event_id
 if TYPE_CHECKING:
     from ._nesting import Nesting
 
-__all__ = ["Emission", "current_emission", "hop", "register_emit_frame"]
+__all__ = [
+    "Emission",
+    "Hop",
+    "current_emission",
+    "hop",
+    "is_fast_emit_of",
+    "register_emit_frame",
+]
 
 _new = object.__new__
 
@@ -37,24 +45,22 @@ class Emission:
     for an emission nothing caused, its cause's depth plus one otherwise.
     """
 
-    __slots__ = ("_correlation_id", "_event_id", "causation_id", "depth", "event")
+    __slots__ = ("_cause", "_causation_id", "_correlation_id", "_event_id", "depth", "event")
 
     event: Event
     depth: int
-    causation_id: str | None
+    _cause: Emission | None  # the emission whose listener emitted this one (its ids: on use)
+    _causation_id: str | None  # the cause's id, when only its id is known (a restored one)
     _event_id: str | None
     _correlation_id: str | None
 
     def __init__(self, event: Event, depth: int = 1, cause: Emission | None = None) -> None:
         self.event = event
         self.depth = depth
+        self._cause = cause
+        self._causation_id = None
         self._event_id = None
-        if cause is None:
-            self.causation_id = None
-            self._correlation_id = None
-        else:
-            self.causation_id = cause.event_id
-            self._correlation_id = cause.correlation_id
+        self._correlation_id = None
 
     @classmethod
     def first(cls, event: Event) -> Emission:
@@ -64,15 +70,34 @@ class Emission:
         em.event = event
         return em
 
+    @classmethod
+    def restored(
+        cls, event: Event, event_id: str, causation_id: str | None, correlation_id: str | None
+    ) -> Emission:
+        """An emission known by its ids only (a failure record's, retried): what its listener
+        emits is caused by it, in its chain."""
+        em = cls(event)
+        em._event_id = event_id
+        em._causation_id = causation_id
+        em._correlation_id = correlation_id
+        return em
+
     if not TYPE_CHECKING:  # hidden from type checkers, which would accept any attribute
 
         def __getattr__(self, name: str) -> object:
             """The defaults of the slots an emission made by :meth:`first` leaves unset."""
             if name == "depth":
                 return 1
-            if name in ("causation_id", "_event_id", "_correlation_id"):
+            if name in ("_cause", "_causation_id", "_event_id", "_correlation_id"):
                 return None
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def causation_id(self) -> str | None:
+        """The event id of the emission whose listener emitted this one (``None``: nothing
+        did)."""
+        cause = self._cause
+        return cause.event_id if cause is not None else self._causation_id
 
     @property
     def event_id(self) -> str:
@@ -85,7 +110,8 @@ class Emission:
     def correlation_id(self) -> str:
         """The event id of the first emission in this chain of causes."""
         if self._correlation_id is None:
-            self._correlation_id = self.event_id
+            cause = self._cause
+            self._correlation_id = self.event_id if cause is None else cause.correlation_id
         return self._correlation_id
 
     def child(self, event: Event) -> Emission:
@@ -100,18 +126,49 @@ class Emission:
         )
 
 
-#: The emission whose async listener call (worker or ``emit_async()``) runs in this context.
-hop: contextvars.ContextVar[Emission | None] = contextvars.ContextVar(
-    "eventbus_emission", default=None
-)
+class Hop:
+    """One async listener call in progress (a worker's, or one of ``emit_async()``), as the
+    context it runs in sees it: :data:`hop` holds it for the call's duration.
 
-# Code objects of the functions that run sync listeners with a local ``nesting`` (emit()'s).
-_emit_frames: set[CodeType] = set()
+    A task the listener starts copies the context, and with it the hop; ``active`` turns
+    false when the call ends, so that a task left running is no longer part of the chain.
+    """
+
+    __slots__ = ("active", "base", "emission", "nesting", "outer", "token")
+
+    emission: Emission
+    #: the bus's nesting state: the call is the cause of that bus's emits only
+    nesting: Nesting
+    #: the thread's innermost sync emission when the call began (a sync listener may run an
+    #: event loop of its own): the call is nested in it
+    base: Emission | None
+    outer: Hop | None  #: the hop this call began in, if any (of another bus, say)
+    active: bool  #: false once the call ended
+    token: contextvars.Token[Hop | None]  #: what puts the context's hop back
 
 
-def register_emit_frame(code: CodeType) -> None:
+#: The async listener call (worker or ``emit_async()``) this context runs, if any.
+hop: contextvars.ContextVar[Hop | None] = contextvars.ContextVar("eventbus_emission", default=None)
+
+# Code objects of the functions that run sync listeners with a local ``nesting`` (emit()'s),
+# and whether it is the fast path's (the emit of the thread holding its bus's slot).
+_emit_frames: dict[CodeType, bool] = {}
+
+
+def register_emit_frame(code: CodeType, *, fast: bool) -> None:
     """Let :func:`current_emission` find sync emits of a bus by this code on the stack."""
-    _emit_frames.add(code)
+    _emit_frames[code] = fast
+
+
+def is_fast_emit_of(nesting: Nesting, frame: FrameType | None) -> bool:
+    """Whether the innermost emit of *nesting*'s bus on the stack from *frame* up is a
+    fast-path one (then this thread holds the bus's slot: see :mod:`eventbus._nesting`)."""
+    while frame is not None:
+        fast = _emit_frames.get(frame.f_code)
+        if fast is not None and frame.f_locals.get("nesting") is nesting:
+            return fast
+        frame = frame.f_back
+    return False
 
 
 def current_emission() -> Emission | None:
@@ -127,9 +184,10 @@ def current_emission() -> Emission | None:
         if frame.f_code in _emit_frames:
             nesting: Nesting | None = frame.f_locals.get("nesting")
             if nesting is not None:
-                found = nesting.current()
+                found = nesting.current(frame)
                 if found is not None:
                     return found
             break
         frame = frame.f_back
-    return hop.get()
+    call = hop.get()
+    return call.emission if call is not None and call.active else None

@@ -15,15 +15,23 @@ import functools
 import inspect
 import time
 from collections.abc import Mapping
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._calls import add_note_once, call_async, cancelled_from_outside, checkpoint, on_asyncio
+from ._calls import (
+    absorb_cancel,
+    add_note_once,
+    call_async,
+    cancelled_from_outside,
+    checkpoint,
+    on_asyncio,
+)
 from ._compiler import DispatchCache, Runtime
 from ._emission import Emission
 from ._events import Event, coerce_event
-from ._exceptions import ListenerErrors, RecursionLimitError
+from ._exceptions import ListenerCancelledError, ListenerErrors, RecursionLimitError
 from ._listeners import ErrorPolicy, Listener, Outcome, new_outcome
 from ._sink import FailureSink
 from ._table import Plan
@@ -143,7 +151,7 @@ async def run_plan(
     skipped = False
     failures_before = sink.count
     # One hop for the whole emit: the listeners' tasks copy the context it sets.
-    token = nesting.enter_hop(emission)
+    hopping = nesting.enter_hop(emission)
     try:
         start = _perf()
         for i, sub in enumerate(subs):
@@ -152,7 +160,7 @@ async def run_plan(
                     skipped = True
                     continue
                 if not sub.left:
-                    runtime.table.remove(sub)
+                    runtime.table.spend(sub)
             if sub.is_async:
                 if concurrent:
                     spawn.append((i, sub))
@@ -184,52 +192,109 @@ async def run_plan(
             elif on_asyncio():
                 await _gather_asyncio(spawn, outcomes, emission, runtime)
             else:
-                async with anyio.create_task_group() as tg:
-                    for i, sub in spawn:
-                        tg.start_soon(_run, outcomes, i, sub, emission, runtime)
+                await _gather_task_group(spawn, outcomes, emission, runtime)
     finally:
-        nesting.leave_hop(token)
+        nesting.leave_hop(hopping)
     done: list[Outcome] = [o for o in outcomes if o is not None] if skipped else outcomes
     if sink.count != failures_before:  # something failed: does anything propagate?
         raised: list[Exception] = []
         for sub, out in zip(subs, outcomes, strict=True):
-            if out is not None and isinstance(out.error, Exception):
+            if out is not None and out.error is not None:
                 if (sub.errors or policy) == "propagate":
-                    add_note_once(out.error, sub.name)
-                    raised.append(out.error)
+                    err = out.error
+                    if not isinstance(err, Exception):  # a cancellation it raised itself
+                        err = ListenerCancelledError(sub.name, err)
+                        err.__cause__ = out.error
+                    add_note_once(err, sub.name)
+                    raised.append(err)
         if raised:
             raise ListenerErrors.for_event(plan.event_type.__event_name__, raised)
     return done
 
 
 async def _run(
-    outcomes: list[Any], i: int, sub: Listener, emission: Emission, runtime: Runtime
+    outcomes: list[Any],
+    i: int,
+    sub: Listener,
+    emission: Emission,
+    runtime: Runtime,
+    own_task: bool = False,
 ) -> None:
-    """Call *sub* (async, or sync with retries) and store its outcome at *i*."""
+    """Call *sub* (async, or sync with retries) and store its outcome at *i*.
+
+    :param own_task: this runs in a task of its own, which only a scope may cancel (see
+        :func:`~eventbus._calls.cancelled_from_outside`)
+    """
     start = _perf()
     if sub.is_async and sub.timeout is None and not sub.retries:
         try:  # the plain async listener: no further coroutine in between
             value = await sub.call(emission.event)
         except BaseException as exc:
-            outcomes[i] = _failed(exc, sub, emission, runtime.sink, start)
+            outcomes[i] = _failed(exc, sub, emission, runtime.sink, start, own_task)
         else:
             outcomes[i] = new_outcome(sub.name, value, None, _perf() - start, None)
         return
-    error, value, rec = await call_async(sub, emission, runtime.sink, runtime.queue.backoff)
+    error, value, rec = await call_async(
+        sub, emission, runtime.sink, runtime.queue.backoff, own_task=own_task
+    )
     outcomes[i] = new_outcome(sub.name, value, error, _perf() - start, rec)
 
 
 def _failed(
-    exc: BaseException, sub: Listener, emission: Emission, sink: FailureSink, start: float
+    exc: BaseException,
+    sub: Listener,
+    emission: Emission,
+    sink: FailureSink,
+    start: float,
+    own_task: bool = False,
 ) -> Outcome:
     """The outcome of a call that raised *exc*, recorded; a cancellation from outside propagates."""
     end = _perf()
-    if not isinstance(exc, Exception) and (
-        not isinstance(exc, anyio.get_cancelled_exc_class()) or cancelled_from_outside()
-    ):
-        raise exc
+    if not isinstance(exc, Exception):
+        if not isinstance(exc, anyio.get_cancelled_exc_class()) or cancelled_from_outside(
+            own_task=own_task
+        ):
+            raise exc
+        if own_task:
+            absorb_cancel()
     rec = sink.capture(emission, sub.name, exc, 1)
     return new_outcome(sub.name, None, exc, end - start, rec)
+
+
+async def _gather_task_group(
+    calls: list[tuple[int, Listener]], outcomes: list[Any], emission: Emission, runtime: Runtime
+) -> None:
+    """Run *calls* in an anyio task group (trio), each in a task of its own.
+
+    A ``BaseException`` that is not a cancellation (``KeyboardInterrupt``) is raised as
+    itself, as on asyncio, not inside the group trio's nursery wraps it in.
+    """
+    try:
+        async with anyio.create_task_group() as tg:
+            for i, sub in calls:
+                tg.start_soon(_run, outcomes, i, sub, emission, runtime, True)
+    except BaseExceptionGroup as group:
+        first = _first_not_cancelled(group)
+        if first is None:
+            raise
+        raise first from None
+
+
+def _first_not_cancelled(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    cancelled = anyio.get_cancelled_exc_class()
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            found = _first_not_cancelled(exc)
+            if found is not None:
+                return found
+        elif not isinstance(exc, cancelled):
+            return exc
+    return None
+
+
+async def _await_value(value: Any) -> Any:
+    """A coroutine awaiting what a listener returned (an awaitable that is not a coroutine)."""
+    return await value
 
 
 async def _gather_asyncio(
@@ -249,7 +314,7 @@ async def _gather_asyncio(
     sink = runtime.sink
     event = emission.event
     tasks: list[asyncio.Task[Any]] = []
-    left = len(calls)
+    left = 0  # tasks started and not ended
     aborting = False
     base_error: BaseException | None = None
     waiter = loop.create_future()
@@ -260,22 +325,23 @@ async def _gather_asyncio(
         for task in tasks:
             task.cancel()
 
-    def ended(i: int, sub: Listener | None, start: float, task: asyncio.Task[Any]) -> None:
-        # sub is None for a call wrapped in _run, which stores its own outcome.
+    def ended(i: int, sub: Listener, wrapped: bool, start: float, task: asyncio.Task[Any]) -> None:
+        # wrapped: a call run by _run, which stores its own outcome (when it gets to).
         nonlocal left, base_error
         end = _perf()
         left -= 1
         if task.cancelled():
-            if not aborting and sub is not None:  # it raised the cancellation itself
+            # Not by us: cancelled by itself, or by someone holding its task (task.cancel()).
+            if not aborting and outcomes[i] is None:
                 try:
                     task.result()
                 except asyncio.CancelledError as exc:
                     rec = sink.capture(emission, sub.name, exc, 1)
                     outcomes[i] = new_outcome(sub.name, None, exc, end - start, rec)
         elif (error := task.exception()) is None:
-            if sub is not None:
+            if not wrapped:
                 outcomes[i] = new_outcome(sub.name, task.result(), None, end - start, None)
-        elif isinstance(error, Exception) and sub is not None:
+        elif isinstance(error, Exception) and not wrapped:
             rec = sink.capture(emission, sub.name, error, 1)
             outcomes[i] = new_outcome(sub.name, None, error, end - start, rec)
         elif base_error is None:  # not a listener's failure: take the others down, raise it
@@ -285,10 +351,26 @@ async def _gather_asyncio(
             waiter.set_result(None)
 
     for i, sub in calls:
-        plain = sub.timeout is None and not sub.retries
-        coro = sub.call(event) if plain else _run(outcomes, i, sub, emission, runtime)
+        start = _perf()
+        wrapped = sub.timeout is not None or sub.retries > 0
+        if wrapped:
+            coro = _run(outcomes, i, sub, emission, runtime, True)
+        else:
+            try:  # what a sync decorator around the coroutine function raises is its failure
+                coro = sub.call(event)
+            except BaseException as exc:
+                try:
+                    outcomes[i] = _failed(exc, sub, emission, sink, start)
+                except BaseException as not_a_failure:  # the calls started are cancelled
+                    base_error = not_a_failure
+                    abort()
+                    break
+                continue
+            if type(coro) is not CoroutineType:  # another awaitable (or none: a TypeError)
+                coro = _await_value(coro)
         task = loop.create_task(coro)
-        task.add_done_callback(functools.partial(ended, i, sub if plain else None, _perf()))
+        left += 1
+        task.add_done_callback(functools.partial(ended, i, sub, wrapped, start))
         tasks.append(task)
     cancelled: BaseException | None = None
     while left:

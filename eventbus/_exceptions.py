@@ -21,6 +21,7 @@ The tree::
      ├── ListenerTimeoutError        (TimeoutError)  a listener's ``timeout=`` expired
      ├── ListenerDroppedError        a call that never ran (queue full, bus closing)
      ├── ListenerShutdownError       a call that shutdown cut short
+     ├── ListenerCancelledError      a listener raised a cancellation itself (``propagate``)
      ├── AppLoadError                (ValueError)    ``--app`` names nothing usable
      ├── MissingExtraError           (ImportError)   an optional part without its extra
      ├── UnmappedEventError          (LookupError)   a bridged pyee name with no mapping
@@ -56,6 +57,7 @@ __all__ = [
     "EventBusError",
     "InvalidEventNameError",
     "InvalidPatternError",
+    "ListenerCancelledError",
     "ListenerDroppedError",
     "ListenerErrors",
     "ListenerLookupError",
@@ -255,6 +257,19 @@ class ListenerShutdownError(EventBusError):
         )
 
 
+class ListenerCancelledError(EventBusError):
+    """A listener raised a cancellation exception itself (asyncio: it awaited a future
+    cancelled elsewhere): its member of :class:`ListenerErrors` under ``propagate``, which
+    holds exceptions only. ``__cause__`` is the cancellation, as recorded."""
+
+    def __init__(self, listener: str, cancellation: BaseException) -> None:
+        self.listener = listener
+        super().__init__(
+            f"listener {listener!r} raised {_safe_repr(cancellation)} itself (not a "
+            "cancellation of the publisher)"
+        )
+
+
 class ListenerErrors(ExceptionGroup[Exception]):
     """Raised to the publisher under ``errors="propagate"``: always a group, even of one.
 
@@ -280,6 +295,13 @@ class ListenerErrors(ExceptionGroup[Exception]):
 
     def derive(self, excs: Sequence[Exception]) -> ListenerErrors:  # type: ignore[override]
         return ListenerErrors(self.message, excs, event=self.event)
+
+
+def _safe_repr(exc: BaseException) -> str:
+    try:
+        return repr(exc)
+    except Exception:
+        return f"{type(exc).__name__}(<unprintable>)"
 
 
 def _safe(exc: BaseException) -> str:

@@ -41,13 +41,14 @@ async def start(bus: EventBus, tg: TaskGroup) -> None:
 
 async def drain(bus: EventBus) -> None:
     """Stop the parts in the order that loses nothing: the durable transport (its dead
-    deliveries go to the store), calls handed over from threads, the queue (each up to the
-    grace period), then the failure store."""
+    deliveries go to the store), calls handed over from threads, the queue (the two within
+    one grace period), then the failure store."""
     try:
         if bus.durable is not None:
             await bus.durable.aclose()
+        deadline = anyio.current_time() + bus.shutdown_grace
         await bus._loop.close(bus.shutdown_grace)
-        await bus._pool.drain(bus.shutdown_grace)
+        await bus._pool.drain(bus.shutdown_grace, within=max(0.0, deadline - anyio.current_time()))
         bus._sink.close()
         await bus.failures.aclose()
     finally:

@@ -167,5 +167,7 @@ def is_async_callable(fn: Callable[..., Any]) -> bool:
         if inner is fn:
             break
         fn = inner
-    call = None if inspect.isroutine(fn) else type(fn).__dict__.get("__call__")
+    # An instance's ``__call__`` may come from a base class (a subclass of
+    # eventbus.testing.AsyncRecordingListener, say): look it up as Python does.
+    call = None if inspect.isroutine(fn) or not callable(fn) else type(fn).__call__
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)

@@ -132,16 +132,19 @@ class WorkerPool:
         self.accepting = True
         self.closing = False
 
-    async def drain(self, grace: float) -> None:
+    async def drain(self, grace: float, *, within: float | None = None) -> None:
         """Stop accepting, run what is queued for up to *grace* seconds, record the rest.
 
         Calls submitted from now until :meth:`stopped` are recorded as dropped.
+
+        :param within: seconds left of the grace period, when part of it was spent already
+            (records still name the whole *grace*)
         """
         assert self._send is not None and self._done is not None and self._scope is not None
         self.accepting = False
         self.closing = True
         self._send.close()  # workers finish what is queued, then see the end of stream
-        with anyio.move_on_after(grace):
+        with anyio.move_on_after(grace if within is None else within):
             await self._done.wait()
         if not self._done.is_set():
             for job in list(self._in_flight):
@@ -172,20 +175,22 @@ class WorkerPool:
                 self._in_flight.add(job)
                 ctx = job.context
                 # The hop and the listener run in the job's copy of the publisher's context.
-                token = ctx.run(self.nesting.enter_hop, job.emission)
+                hopping = ctx.run(self.nesting.enter_hop, job.emission)
                 try:
                     # Its own scope, cancelled by the drain: a job cut short is recorded as such
                     # even if the listener swallowed the cancellation and returned.
                     with anyio.CancelScope() as job.scope:
-                        call = call_async(job.listener, job.emission, self.sink, self.backoff, job)
+                        call = call_async(
+                            job.listener, job.emission, self.sink, self.backoff, job, own_task=True
+                        )
                         await run_in_context(ctx, call)
                 except anyio.get_cancelled_exc_class():
-                    raise  # the worker scope: the drain records the job
+                    raise  # a scope of ours (the drain records the job), or the bus's group
                 except BaseException:
                     self._in_flight.discard(job)  # it propagates, crashing the bus: not ours
                     raise
                 finally:
-                    ctx.run(self.nesting.leave_hop, token)
+                    ctx.run(self.nesting.leave_hop, hopping)
                 if not job.scope.cancel_called:
                     self._in_flight.discard(job)  # else the drain records it
 

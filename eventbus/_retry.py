@@ -1,5 +1,11 @@
 """Re-running recorded failures: rehydrate the payload, call the listener by its stable name.
 
+The listener runs in the chain of the failed emission: ``current_emission()`` gives that
+emission's ids, and what the listener emits is caused by it. A ``once``/``times`` listener
+that unsubscribed itself as its last call started is still found by its name (the latest
+:data:`~eventbus._table.SPENT_KEPT` such listeners are kept), unless another listener was
+subscribed under that name since: that one is called.
+
 A row that cannot be retried (its listener is gone, its event type is no longer declared,
 its payload was not encodable or no longer fits) stays ``pending`` with the reason in its
 ``note``, and is reported as skipped: an operator can fix the code and retry again.
@@ -21,12 +27,14 @@ from typing import TYPE_CHECKING, Literal
 
 from ._calls import call_once
 from ._codec import decode_payload
+from ._emission import Emission
 from ._exceptions import PayloadError, UnknownEventError
-from ._failures import FailureRecord, FailureStatus, check_failure_ids, qualified_type
+from ._failures import FailureRecord, FailureStatus, check_failure_ids, qualified_type, safe_str
 from ._patterns import matches
 
 if TYPE_CHECKING:
     from ._bus import EventBus
+    from ._listeners import Listener
 
 __all__ = ["DURABLE_NOTE", "RetryItem", "RetryReport", "is_durable", "retry_failures"]
 
@@ -111,8 +119,10 @@ async def retry_failures(
     """Retry the pending failures in ``bus.failures``, oldest first, one call each.
 
     Each row's payload is rebuilt through ``bus.registry`` and handed to the listener that
-    ``bus.listener(name)`` finds; the call honours the listener's ``timeout=`` but not its
-    ``retries=``, and records no new failure row: the row itself is updated.
+    ``bus.listener(name)`` finds (or a spent ``once``/``times`` listener of that name, see the
+    module docstring), in the failed emission's chain; the call honours the listener's
+    ``timeout=`` but not its ``retries=``, and records no new failure row: the row itself is
+    updated.
 
     :param event: only rows of this event name
     :param listener: only rows of this listener name
@@ -216,9 +226,16 @@ async def _retry_one(bus: EventBus, rec: FailureRecord, max_attempts: int) -> Re
         await bus.failures.update(rec.replace(note=f"not retried: {reason}"))
         return RetryItem(rec.id, rec.event_name, rec.listener, "skipped", rec.attempts, reason)
 
-    sub = bus.listener(rec.listener)
+    sub = _listener(bus, rec.listener)
     assert sub is not None  # checked by _why_not_retryable
-    outcome = await call_once(sub, event)
+    # In the failed emission's chain, as the first call was: what the listener emits is caused
+    # by that event, and current_emission() gives its ids.
+    emission = Emission.restored(event, rec.event_id, rec.causation_id, rec.correlation_id)
+    hopping = bus._nesting.enter_hop(emission)
+    try:
+        outcome = await call_once(sub, event)
+    finally:
+        bus._nesting.leave_hop(hopping)
     now = datetime.now(UTC)
     attempts = rec.attempts + 1
     if outcome.error is None:
@@ -239,12 +256,12 @@ async def _retry_one(bus: EventBus, rec: FailureRecord, max_attempts: int) -> Re
             attempts=attempts,
             last_failed_at=now,
             error_type=qualified_type(err),
-            message=str(err),
+            message=safe_str(err),
             traceback="".join(traceback.format_exception(err)),
             note=f"dead after {attempts} attempts (max_attempts={max_attempts})" if dead else None,
         )
     )
-    reason = f"{qualified_type(err)}: {err}"
+    reason = f"{qualified_type(err)}: {safe_str(err)}"
     return RetryItem(
         rec.id, rec.event_name, rec.listener, "dead" if dead else "failed", attempts, reason
     )
@@ -253,12 +270,19 @@ async def _retry_one(bus: EventBus, rec: FailureRecord, max_attempts: int) -> Re
 def _why_not_retryable(bus: EventBus, rec: FailureRecord) -> str | None:
     if not rec.payload_ok:
         return "its payload could not be encoded when the failure was recorded (see payload)"
-    sub = bus.listener(rec.listener)
+    sub = _listener(bus, rec.listener)
     if sub is None:
         return f"no listener named {rec.listener!r} is subscribed on this bus"
     if not matches(sub.pattern, rec.event_name):
         return f"listener {rec.listener!r} is subscribed to {sub.pattern!r}, not {rec.event_name!r}"
     return None
+
+
+def _listener(bus: EventBus, name: str) -> Listener | None:
+    """The listener subscribed under *name*; else a ``once``/``times`` listener of that name
+    whose calls are all taken (it unsubscribed itself as its last call started)."""
+    sub = bus.listener(name)
+    return sub if sub is not None else bus._table.get_spent(name)
 
 
 async def _redeliver(bus: EventBus, rec: FailureRecord) -> RetryItem:
@@ -276,7 +300,7 @@ async def _redeliver(bus: EventBus, rec: FailureRecord) -> RetryItem:
     try:
         entry = await durable.redeliver(rec)
     except Exception as exc:
-        reason = f"could not redeliver: {qualified_type(exc)}: {exc}"
+        reason = f"could not redeliver: {qualified_type(exc)}: {safe_str(exc)}"
         return RetryItem(rec.id, rec.event_name, rec.listener, "skipped", rec.attempts, reason)
     return RetryItem(
         rec.id, rec.event_name, rec.listener, "redelivered", rec.attempts, f"as entry {entry}"

@@ -33,7 +33,10 @@ from ._exceptions import (
 from ._listeners import ErrorPolicy, Listener, default_listener_name, is_async_callable
 from ._patterns import compile_pattern, is_pattern, match_segments
 
-__all__ = ["ListenerTable", "Plan", "check_max_listeners", "check_policy"]
+__all__ = ["SPENT_KEPT", "ListenerTable", "Plan", "check_max_listeners", "check_policy"]
+
+#: ``once``/``times`` listeners kept after their last call, for retries of their failures
+SPENT_KEPT = 1000
 
 
 def check_policy(errors: object, *, optional: bool = False) -> None:
@@ -78,6 +81,9 @@ class ListenerTable:
         self._seq = itertools.count()
         self._plans: dict[type[Event], Plan] = {}
         self._watched: list[dict[Any, Any]] = [self._plans]
+        #: ``once``/``times`` listeners whose calls are all taken, by name (the latest
+        #: :data:`SPENT_KEPT`): their failed or dropped calls can still be retried
+        self._spent: collections.OrderedDict[str, Listener] = collections.OrderedDict()
 
     def __len__(self) -> int:
         return len(self._subs)
@@ -86,12 +92,34 @@ class ListenerTable:
         return iter(list(self._subs))
 
     def watch(self, cache: dict[Any, Any]) -> None:
-        """Clear *cache* whenever the subscriptions change (it holds what plans became)."""
+        """Keep *cache* (keyed by event type: what plans became) in step with the plans: an
+        entry goes when the subscriptions of its event type change."""
         self._watched.append(cache)
 
-    def invalidate(self) -> None:
+    def invalidate(self, pattern: str | None = None) -> None:
+        """Drop the plans (and what they became) of the event types a subscription to
+        *pattern* reaches; of every type without *pattern* (a new registry, say).
+
+        Only those: a subscription per request (``wait_for``, ``subscribed()``) rebuilds the
+        dispatch of the event it waits for, not of every other event the service emits.
+        """
+        if pattern is None:
+            for cache in self._watched:
+                cache.clear()
+            return
+        if is_pattern(pattern):
+            pat = compile_pattern(pattern)
+            stale = {
+                cls
+                for cache in self._watched
+                for cls in list(cache)  # a snapshot: another thread may be compiling
+                if match_segments(pat, tuple(cls.__event_name__.split(".")))
+            }
+        else:  # plans are built for the registry's classes only
+            stale = {self.registry.get(pattern)} if pattern in self.registry else set()
         for cache in self._watched:
-            cache.clear()
+            for cls in stale:
+                cache.pop(cls, None)
 
     # -- subscribing -------------------------------------------------------------------------
 
@@ -200,21 +228,27 @@ class ListenerTable:
         )
         if self.wrap is not None:
             sub.call = self.wrap(sub)
+        # Before registering: under warnings-as-errors the warning raises, and then nothing
+        # is subscribed (a subscribed() block would otherwise leak what it never entered).
+        leaking = self._check_leak(pattern)
         self._subs.append(sub)
         self._names[lname] = sub
-        self.invalidate()
+        self.invalidate(pattern)
         self._per_pattern[pattern] += 1
-        self._check_leak(pattern)
+        if leaking:
+            self._warned.add(pattern)
         return sub
 
-    def _check_leak(self, pattern: str) -> None:
-        limit, n = self.max_listeners, self._per_pattern[pattern]
+    def _check_leak(self, pattern: str) -> bool:
+        """Warn if one more listener on *pattern* passes the limit (once per pattern, until
+        back under it); whether it did."""
+        limit, n = self.max_listeners, self._per_pattern[pattern] + 1
         if not limit or n <= limit or pattern in self._warned:
-            return
-        self._warned.add(pattern)
+            return False
         warnings.warn(
             MaxListenersExceededWarning(pattern, n, limit), stacklevel=_caller_stacklevel()
         )
+        return True
 
     def remove_matching(self, event: type[Event] | str, listener: Callable[..., Any] | str) -> None:
         """Unsubscribe by function or by listener name (``off()``).
@@ -240,13 +274,26 @@ class ListenerTable:
             return
         if self._names.get(sub.name) is sub:
             del self._names[sub.name]
-        self.invalidate()
+        self.invalidate(sub.pattern)
         self._per_pattern[sub.pattern] -= 1
         if self._per_pattern[sub.pattern] <= self.max_listeners:
             self._warned.discard(sub.pattern)  # warn again if it grows past the limit again
 
+    def spend(self, sub: Listener) -> None:
+        """Unsubscribe *sub*, whose last call (``times=``) was just taken, keeping it for
+        retries of its calls (:meth:`get_spent`)."""
+        self.remove(sub)
+        self._spent[sub.name] = sub
+        self._spent.move_to_end(sub.name)
+        while len(self._spent) > SPENT_KEPT:
+            self._spent.popitem(last=False)
+
     def get(self, name: str) -> Listener | None:
         return self._names.get(name)
+
+    def get_spent(self, name: str) -> Listener | None:
+        """The listener of that name whose calls are all taken, if kept (see :meth:`spend`)."""
+        return self._spent.get(name)
 
     def taken(self, name: str) -> bool:
         """Whether a listener of this bus, in-process or durable, has that name."""
@@ -276,7 +323,12 @@ class ListenerTable:
                 )
             raise UnknownEventError(name or cls.__qualname__, hint)
         segs = tuple(name.split("."))
-        subs = [s for s in self._subs if s.pattern == name or match_segments(s.segments, segs)]
+        # A name without '*' matches itself only: the glob match runs for wildcards alone.
+        subs = [
+            s
+            for s in self._subs
+            if s.pattern == name or ("*" in s.pattern and match_segments(s.segments, segs))
+        ]
         if any(s.priority for s in subs):
             subs.sort(key=_by_priority)  # stable: subscription order among equal priorities
         return Plan(cls, tuple(subs))

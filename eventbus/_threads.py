@@ -9,14 +9,17 @@ loop's token: asyncio and trio alike) as a task of the bus's task group, returni
 :class:`concurrent.futures.Future` of its outcomes.
 
 Nothing is lost without a trace: a call that cannot be handed over (the bus is not running, or
-closed meanwhile) raises in the calling thread; one handed over always completes its future,
-because closing the bus waits for those calls (up to the grace period) before it drains the
-queue and closes the failure store. One still running after the grace period is cancelled: its
-future is cancelled and a WARNING names the event.
+closed meanwhile, even as the loop ends) raises in the calling thread, and never waits for
+good; one handed over always completes its future, because closing the bus waits for those
+calls (up to the grace period) before it drains the queue and closes the failure store. One
+still running after the grace period is cancelled: its future is cancelled and a WARNING
+names the event.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import threading
 from collections.abc import Awaitable, Callable
@@ -55,7 +58,16 @@ def thread_mark() -> threading.local:
 class LoopThread:
     """The thread of the running bus's event loop, and the way into that loop."""
 
-    __slots__ = ("_idle", "_running", "_tg", "_token", "accepting", "ident", "mark")
+    __slots__ = (
+        "_handovers",
+        "_idle",
+        "_running",
+        "_tg",
+        "_token",
+        "accepting",
+        "ident",
+        "mark",
+    )
 
     def __init__(self) -> None:
         self.ident: int | None = None  #: the loop's thread while the bus runs
@@ -65,6 +77,8 @@ class LoopThread:
         self._tg: TaskGroup | None = None
         self._running: set[anyio.CancelScope] = set()
         self._idle: anyio.Event | None = None  # set when _running empties
+        #: asyncio: calls from threads waiting to be started (:meth:`forget` fails them)
+        self._handovers: set[Future[None]] = set()
 
     def open(self, tg: TaskGroup) -> None:
         """Note this thread and its loop (in the task that enters the bus)."""
@@ -91,8 +105,15 @@ class LoopThread:
             await idle.wait()
 
     def forget(self) -> None:
-        """The bus is closed: any thread may emit again (to a bus that is not running)."""
+        """The bus is closed: any thread may emit again (to a bus that is not running).
+
+        A call from a thread still waiting to be started fails now: on asyncio, its callback
+        may have come in after the loop's last iteration, and would never run.
+        """
         self.ident = self._token = self._tg = self.mark = None
+        for handed in list(self._handovers):
+            if not handed.done():
+                handed.set_exception(_not_running(handed))
 
     def check(self, call: str, event: object) -> None:
         """:raises WrongThreadError: naming *call* and *event* (an event, a type or a name), if
@@ -107,25 +128,61 @@ class LoopThread:
         :raises BusNotRunningError: if the bus does not run, or closed before the call got in
         :raises WrongThreadError: if called from the loop's own thread (it would deadlock)
         """
-        token, ident = self._token, self.ident
-        if ident is not None and ident == get_ident():
-            raise WrongThreadError("emit_threadsafe", event, _name(ident), _name(ident))
-        if token is None or not self.accepting:
-            raise BusNotRunningError(event, call="emit_threadsafe")
         future: Future[T] = Future()
+        handed: Future[None] = Future()
+        handed.event = event  # type: ignore[attr-defined]  # for forget()'s error
+        # Registered before the bus's state is read: a forget() after the read fails it.
+        self._handovers.add(handed)
         try:
-            anyio.from_thread.run_sync(self._start, fn, arg, future, event, token=token)
-        except anyio.RunFinishedError as exc:  # the loop itself is gone
-            raise BusNotRunningError(event, call="emit_threadsafe") from exc
+            token, ident = self._token, self.ident
+            if ident is not None and ident == get_ident():
+                raise WrongThreadError("emit_threadsafe", event, _name(ident), _name(ident))
+            if token is None or not self.accepting:
+                raise BusNotRunningError(event, call="emit_threadsafe")
+            start = functools.partial(self._start, fn, arg, future, event, handed)
+            loop = token.native_token
+            try:
+                if isinstance(loop, asyncio.AbstractEventLoop):
+                    # Not anyio's run_sync, which waits for a callback that a loop ending
+                    # now never runs; forget() ends this wait instead.
+                    loop.call_soon_threadsafe(_in_a_task, loop, start, handed)
+                else:  # trio runs every callback it accepted, or refuses it
+                    anyio.from_thread.run_sync(start, token=token)
+            except (anyio.RunFinishedError, RuntimeError) as exc:  # the loop is gone/closed
+                raise BusNotRunningError(event, call="emit_threadsafe") from exc
+            handed.result()
+        finally:
+            self._handovers.discard(handed)
         return future
 
-    def _start(self, fn: Callable[[Any], Awaitable[T]], arg: Any, future: Any, event: str) -> None:
-        """In the loop's thread: start the task, unless the bus stopped accepting meanwhile."""
+    def _start(
+        self,
+        fn: Callable[[Any], Awaitable[T]],
+        arg: Any,
+        future: Any,
+        event: str,
+        handed: Future[None],
+    ) -> None:
+        """In the loop's thread: start the task, unless the bus stopped accepting meanwhile;
+        *handed* tells the calling thread which."""
+        if handed.done():  # forget() failed it: the bus closed before this ran
+            return
         if not self.accepting or self._tg is None:
-            raise BusNotRunningError(event, call="emit_threadsafe")
-        scope = anyio.CancelScope()
-        self._running.add(scope)
-        self._tg.start_soon(self._run, fn, arg, future, event, scope)
+            handed.set_exception(_not_running(handed))
+            return
+        scope: anyio.CancelScope | None = None
+        try:
+            scope = anyio.CancelScope()
+            self._running.add(scope)
+            self._tg.start_soon(self._run, fn, arg, future, event, scope)
+        except BaseException as exc:
+            if scope is not None:
+                self._running.discard(scope)
+            handed.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            handed.set_result(None)
 
     async def _run(
         self,
@@ -170,6 +227,24 @@ class LoopThread:
             self._running.discard(scope)
             if not self._running and self._idle is not None:
                 self._idle.set()
+
+
+def _in_a_task(
+    loop: asyncio.AbstractEventLoop, start: Callable[[], None], handed: Future[None]
+) -> None:
+    """In the loop's thread: run *start* in a task of its own (anyio finds its event loop
+    from the current task), unless the wait for it already ended."""
+    if handed.done():
+        return
+
+    async def starting() -> None:
+        start()
+
+    loop.create_task(starting())
+
+
+def _not_running(handed: Future[None]) -> BusNotRunningError:
+    return BusNotRunningError(handed.event, call="emit_threadsafe")  # type: ignore[attr-defined]
 
 
 def _event_name(event: object) -> str:

@@ -15,10 +15,46 @@ import itertools
 import linecache
 import sys
 import traceback
+import weakref
 from collections.abc import Iterator
 from types import CodeType, TracebackType
 
-__all__ = ["CapturedTraceback"]
+__all__ = ["CapturedTraceback", "register_source"]
+
+#: Generated sources in linecache (code made by exec, as dataclasses makes ``__init__``): the
+#: number of live code objects of each, and its lines.
+_generated: dict[str, tuple[int, list[str]]] = {}
+
+
+def register_source(filename: str, source: str, code: CodeType) -> None:
+    """Put generated *source* in linecache under *filename* for as long as *code* (compiled
+    from it, with that filename) lives; tracebacks through it then show its lines.
+
+    A :class:`CapturedTraceback` holds the code of its frames, so the text it renders later is
+    the text it would have rendered at once: the source is neither dropped for newer ones nor
+    lost to ``linecache.clearcache()`` (it is put back when rendering).
+    """
+    lines = source.splitlines(True)
+    live, _ = _generated.get(filename, (0, lines))
+    _generated[filename] = (live + 1, lines)
+    linecache.cache[filename] = (len(source), None, lines, filename)
+    weakref.finalize(code, _release, filename)
+
+
+def _release(filename: str) -> None:
+    live, lines = _generated.pop(filename, (1, []))
+    if live > 1:
+        _generated[filename] = (live - 1, lines)
+    else:
+        linecache.cache.pop(filename, None)
+
+
+def _ensure_registered(filename: str) -> None:
+    found = _generated.get(filename)
+    if found is not None and filename not in linecache.cache:
+        lines = found[1]
+        linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
+
 
 _Frame = tuple[CodeType, int, int | None]  # code, instruction offset, line
 
@@ -107,6 +143,7 @@ def _stack(frames: list[_Frame]) -> traceback.StackSummary:
         )
     for filename in {code.co_filename for code, _, _ in frames}:
         linecache.checkcache(filename)
+        _ensure_registered(filename)
     return traceback.StackSummary.from_list(summaries)
 
 

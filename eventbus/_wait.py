@@ -7,7 +7,6 @@ the timeout, a cancellation), so nothing is left behind.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -17,8 +16,6 @@ from ._events import Event
 from ._table import ListenerTable
 
 __all__ = ["wait_for"]
-
-_ids = itertools.count(1)
 
 
 def check_wait_options(where: object, timeout: object) -> None:
@@ -61,8 +58,12 @@ async def wait_for(
         arrived.set()
         table.remove(sub)
 
-    subscribe = table.binder(pattern, name=f"eventbus.wait_for:{pattern}#{next(_ids)}")
-    sub = subscribe(waiter)
+    # The lowest number free: a wait per request subscribes a listener of the same name each
+    # time, so its event's dispatch compiles once (see eventbus._compiler), not per request.
+    n = 1
+    while table.taken(f"eventbus.wait_for:{pattern}#{n}"):
+        n += 1
+    sub = table.binder(pattern, name=f"eventbus.wait_for:{pattern}#{n}")(waiter)
     try:
         with anyio.move_on_after(timeout):
             await arrived.wait()

@@ -283,45 +283,39 @@ def _describe_records(records: list[FailureRecord]) -> str:
     )
 
 
-class _CaptureHook:
-    """Sits in ``bus.on_failure``: records into its capture, then calls the previous hook."""
+class _CaptureObserver:
+    """Told of every record the bus makes (the sink's observers): records into its capture,
+    and marks the record claimed in the captures active around it."""
 
-    def __init__(self, capture: FailureCapture, previous: Callable[[FailureRecord], object] | None):
+    def __init__(self, capture: FailureCapture, outer: list[_CaptureObserver]) -> None:
         self.capture = capture
-        self.previous = previous
-        self.active = True
+        self.outer = outer
 
     def __call__(self, record: FailureRecord) -> None:
-        if self.active:
-            self.capture.records.append(record)
-            outer = self.previous
-            while isinstance(outer, _CaptureHook):
-                if outer.active:
-                    outer.capture.claimed.add(record.id)
-                outer = outer.previous
-        if self.previous is not None:
-            self.previous(record)
+        self.capture.records.append(record)
+        for observer in self.outer:
+            observer.capture.claimed.add(record.id)
 
 
 @contextmanager
 def capture_failures(bus: EventBus) -> Iterator[FailureCapture]:
     """Collect the failure records *bus* makes while the block runs.
 
-    It chains itself in front of ``bus.on_failure`` (an existing hook still gets every record)
-    rather than wrapping the store: the hook is a public attribute that the bus calls once per
-    record, after the store accepted it, and it works with any store. Background listeners
-    record when they run, so wait for them (``await listener.wait_for()``) inside the block.
+    It observes the bus's failure sink, as instrumentation does, rather than ``on_failure``
+    (which it leaves alone) or the store: it sees every record, with any store, including a
+    failure caused while ``on_failure`` runs (which does not call the hook again). Background
+    listeners record when they run, so wait for them (``await listener.wait_for()``) inside
+    the block.
     """
     capture = FailureCapture(bus)
-    hook = _CaptureHook(capture, bus.on_failure)
-    bus.on_failure = hook
+    observers = bus._sink.observers
+    outer = [o for o in observers if isinstance(o, _CaptureObserver)]
+    observer = _CaptureObserver(capture, outer)
+    observers.append(observer)
     try:
         yield capture
     finally:
-        if bus.on_failure is hook:
-            bus.on_failure = hook.previous
-        else:  # something chained after us: stay in the chain, but only forward
-            hook.active = False
+        observers.remove(observer)
 
 
 # -- isolation -----------------------------------------------------------------------------------

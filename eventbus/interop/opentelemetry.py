@@ -24,9 +24,10 @@ functions the bus calls when they are built, and ``uninstrument()`` puts them ba
 from __future__ import annotations
 
 import collections
+import inspect
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from ..extras import missing_extra
@@ -52,6 +53,7 @@ from .._emission import Emission
 from .._events import Event
 from .._failures import FailureRecord
 from .._listeners import Listener, Outcome
+from .._sink import AWAITABLE_HINT
 from .._table import Plan
 
 __all__ = ["BusInstrumentation", "instrument"]
@@ -142,8 +144,18 @@ class BusInstrumentation:
             return traced_async
 
         def traced(event: Event) -> Any:
-            with self._listener_span(sub, event):
-                return fn(event)
+            call = self._listener_call(sub, event)
+            with call.current():
+                try:
+                    value = fn(event)
+                except BaseException as exc:
+                    call.finish(exc)
+                    raise
+            if value is not None and inspect.isawaitable(value):
+                # emit_async() awaits it (emit() closes it): the call ends after that
+                return _Awaited(value, call)
+            call.finish(None)
+            return value
 
         return traced
 
@@ -220,6 +232,17 @@ class BusInstrumentation:
 
     @contextmanager
     def _listener_span(self, sub: Listener, event: Event) -> Iterator[Span]:
+        call = self._listener_call(sub, event)
+        with call.current():
+            try:
+                yield call.span
+            except BaseException as exc:
+                call.finish(exc)
+                raise
+        call.finish(None)
+
+    def _listener_call(self, sub: Listener, event: Event) -> _Call:
+        """The span of one listener call, started (not current yet)."""
         emission = self._nesting.current()
         ename = event.__event_name__
         attributes: dict[str, Any] = {
@@ -237,33 +260,10 @@ class BusInstrumentation:
             attributes["eventbus.listener.timeout"] = sub.timeout
         if sub.retries:
             attributes["eventbus.listener.retries"] = sub.retries
-        outcome = "ok"
-        start = time.perf_counter()
-        with self.tracer.start_as_current_span(
-            f"eventbus.listener {sub.name}",
-            kind=SpanKind.CONSUMER,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            try:
-                yield span
-            except Exception as exc:
-                outcome = "error"
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-                raise
-            except BaseException:
-                outcome = "cancelled"
-                raise
-            finally:
-                span.set_attribute("eventbus.listener.outcome", outcome)
-                measured = {
-                    "eventbus.listener.name": sub.name,
-                    "eventbus.listener.outcome": outcome,
-                }
-                self._calls.add(1, {**measured, "eventbus.event.name": ename})
-                self._duration.record(time.perf_counter() - start, measured)
+        span = self.tracer.start_span(
+            f"eventbus.listener {sub.name}", kind=SpanKind.CONSUMER, attributes=attributes
+        )
+        return _Call(self, span, sub.name, ename)
 
     def _remember(self, event_id: str, context: SpanContext) -> None:
         spans = self._spans
@@ -277,3 +277,64 @@ class BusInstrumentation:
             Observation(stats.queued, {"eventbus.queue.state": "waiting"}),
             Observation(stats.in_flight, {"eventbus.queue.state": "running"}),
         ]
+
+
+class _Call:
+    """The span and measurements of one listener call, from its start to :meth:`finish`."""
+
+    __slots__ = ("event", "inst", "listener", "span", "start")
+
+    def __init__(self, inst: BusInstrumentation, span: Span, listener: str, event: str) -> None:
+        self.inst = inst
+        self.span = span
+        self.listener = listener
+        self.event = event
+        self.start = time.perf_counter()
+
+    def current(self) -> AbstractContextManager[Span]:
+        """The span as the current one (while the listener's code runs)."""
+        return trace.use_span(
+            self.span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+        )
+
+    def finish(self, exc: BaseException | None) -> None:
+        """End the span and count the call: *exc* is what it raised (None: it returned)."""
+        span, outcome = self.span, "ok"
+        if isinstance(exc, Exception):
+            outcome = "error"
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        elif exc is not None:
+            outcome = "cancelled"
+        span.set_attribute("eventbus.listener.outcome", outcome)
+        measured = {"eventbus.listener.name": self.listener, "eventbus.listener.outcome": outcome}
+        self.inst._calls.add(1, {**measured, "eventbus.event.name": self.event})
+        self.inst._duration.record(time.perf_counter() - self.start, measured)
+        span.end()
+
+
+class _Awaited:
+    """What a sync-declared listener returned, awaitable: awaited (``emit_async()``) inside
+    the call's span, which ends after it; closed unawaited (``emit()``), the call failed."""
+
+    __slots__ = ("awaitable", "call")
+
+    def __init__(self, awaitable: Awaitable[Any], call: _Call) -> None:
+        self.awaitable = awaitable
+        self.call = call
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        with self.call.current():
+            try:
+                value = yield from self.awaitable.__await__()
+            except BaseException as exc:
+                self.call.finish(exc)
+                raise
+        self.call.finish(None)
+        return value
+
+    def close(self) -> None:
+        close = getattr(self.awaitable, "close", None)
+        if callable(close):
+            close()
+        self.call.finish(TypeError(f"listener {self.call.listener!r} {AWAITABLE_HINT}"))

@@ -24,6 +24,7 @@ __all__ = [
     "UserRegistered",
     "asyncio_or_virtual_trio",
     "converts_cancel",
+    "count_compiles",
     "count_plan_builds",
     "explode",
     "make_record",
@@ -105,6 +106,24 @@ def count_plan_builds(bus: EventBus) -> list[type[Event]]:
 
     table._build = counting  # type: ignore[method-assign]
     return builds
+
+
+def count_compiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the source of each dispatch function the bus compiles (a spy on the compiler's
+    ``compile``, with its cache of compiled code emptied first; private)."""
+    import collections
+
+    from eventbus import _compiler
+
+    sources: list[str] = []
+    monkeypatch.setattr(_compiler, "_codes", collections.OrderedDict(), raising=False)
+
+    def spy(source: str, filename: str, mode: str) -> Any:
+        sources.append(source)
+        return compile(source, filename, mode)
+
+    monkeypatch.setattr(_compiler, "compile", spy, raising=False)
+    return sources
 
 
 @pytest.fixture(params=["asyncio", "trio-virtual"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 
 import anyio
+import anyio.to_thread
 import pytest
 import trio.testing
 
@@ -294,3 +295,82 @@ async def test_aclose_from_another_task_is_refused(bus: EventBus) -> None:
 def test_shutdown_error_message_names_the_last_error() -> None:
     err = ListenerShutdownError("billing", 5, started=True, last_error=ValueError("down"))
     assert str(err).endswith("its last attempt raised ValueError: down")
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # trio: no task.cancel() without a scope
+@pytest.mark.parametrize("retries", [0, 1])
+async def test_a_listener_cancelling_its_worker_task_fails_and_the_worker_lives_on(
+    store: MemoryFailureStore, retries: int
+) -> None:
+    """Regression test: a listener that cancelled the task it ran in (``task.cancel()``, by
+    itself or by a library) ended its worker for good; the call stayed "in flight" until the
+    drain recorded it as cut short, and with one worker nothing else ran in the background."""
+    import asyncio
+
+    attempts: list[int] = []
+    ran = anyio.Event()
+
+    async def victim(e: Event) -> None:
+        attempts.append(1)
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        await asyncio.sleep(0)
+
+    async def good(e: OrderShipped) -> None:
+        ran.set()
+
+    bus = EventBus(reg, store, workers=1, retry_backoff=0)
+    bus.on(OrderPaid, victim, retries=retries)
+    bus.on(OrderShipped, good)
+    async with bus:
+        bus.emit(PAID)
+        bus.emit(OrderShipped(order_id=1))
+        with anyio.fail_after(3):
+            await ran.wait()  # the only worker is still there
+        [r] = await store.query()
+        assert r.listener.rsplit(".", 1)[-1] == "victim"
+        assert r.error_type == "asyncio.exceptions.CancelledError"
+        assert r.attempts == len(attempts) == retries + 1
+        assert bus.statistics().in_flight == 0
+    assert len(await store.query()) == 1  # nothing cut short by the drain
+
+
+@pytest.mark.parametrize(
+    "anyio_backend",
+    [
+        pytest.param("asyncio", id="asyncio"),
+        # virtual time, jumping only once the call is handed over: a wait on the thread with
+        # the fail_after() deadline pending would jump straight to it
+        pytest.param(("trio", {"clock": trio.testing.MockClock()}), id="trio-virtual"),
+    ],
+)
+async def test_closing_waits_the_grace_period_once_for_threads_and_the_queue(
+    store: MemoryFailureStore, anyio_backend: object
+) -> None:
+    """Regression test: calls handed over by emit_threadsafe() and the queue were each given
+    the whole grace period, one after the other: closing took twice ``shutdown_grace``."""
+    clock = None if anyio_backend == "asyncio" else anyio_backend[1]["clock"]  # type: ignore[index]
+    grace = 0.3 if clock is None else 5.0
+
+    async def slow(e: Event) -> None:
+        await anyio.sleep(grace * 100)
+
+    bus = EventBus(reg, store, shutdown_grace=grace)
+    bus.on(OrderShipped, slow)  # handed over from a thread
+    bus.on(OrderPaid, slow, name="background")  # queued by emit()
+    with anyio.fail_after(grace * 10):
+        await bus.__aenter__()
+        future = await anyio.to_thread.run_sync(bus.emit_threadsafe, OrderShipped(order_id=1))
+        if clock is not None:
+            clock.autojump_threshold = 0
+        bus.emit(PAID)
+        await anyio.sleep(grace / 10)  # both are running
+        start = anyio.current_time()
+        await bus.aclose()
+        took = anyio.current_time() - start
+    assert future.cancelled()
+    [r] = await store.query()
+    assert r.listener == "background"  # cut short, and recorded so
+    assert f"when the grace period ({grace:g}s) ended" in r.message
+    assert grace <= took < grace * 1.5

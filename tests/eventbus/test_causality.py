@@ -3,6 +3,8 @@ stored in failure records, and seen by listeners through ``current_emission()``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import anyio
 import pytest
 
@@ -231,6 +233,47 @@ async def test_retry_failures_by_correlation_retries_one_chain(
     ]
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_a_retried_listener_runs_in_the_chain_of_the_failed_emission(
+    bus: EventBus, store: MemoryFailureStore, kind: str
+) -> None:
+    """Regression test: a retried listener ran with no emission, so what it emitted started a
+    new chain (no cause, its own correlation id) and current_emission() was None in it."""
+    failing = True
+    seen: list[Emission | None] = []
+
+    def work(e: OrderShipped) -> None:
+        seen.append(current_emission())
+        if failing:
+            raise ValueError("warehouse down")
+        bus.emit(UserRegistered(user_id=e.order_id))
+
+    async def awork(e: OrderShipped) -> None:
+        work(e)
+
+    bus.on(OrderPaid, lambda e: bus.emit(OrderShipped(order_id=e.order_id)), name="pay")
+    bus.on(OrderShipped, work if kind == "sync" else awork, name="ship")
+    bus.on(UserRegistered, explode, name="registered")  # records the chain of what it got
+    with anyio.fail_after(5):
+        async with bus:  # leaving it waits for the queued call
+            bus.emit(PAID)
+    [shipped] = await store.query()
+    failing = False
+    with anyio.fail_after(5):
+        assert (await bus.retry_failures()).resolved == 1
+    retried = seen[-1]
+    assert retried is not None
+    assert (retried.event_id, retried.causation_id, retried.correlation_id) == (
+        shipped.event_id,
+        shipped.causation_id,
+        shipped.correlation_id,
+    )
+    [registered] = await store.query(listener="registered")
+    assert registered.causation_id == shipped.event_id
+    assert registered.correlation_id == shipped.correlation_id
+    assert current_emission() is None  # the retry's emission ended with the call
+
+
 @pytest.mark.parametrize("bad", ["", 7])
 async def test_retry_failures_refuses_a_bad_correlation(bus: EventBus, bad: object) -> None:
     with pytest.raises(ValueError, match=r"^correlation=.* must be a correlation id"):
@@ -255,3 +298,94 @@ async def test_the_recursion_guard_counts_depth_through_the_chain(
     [rec] = await store.query()
     assert rec.error_type == "eventbus.RecursionLimitError"
     assert rec.causation_id is not None and rec.correlation_id != rec.event_id
+
+
+async def test_a_task_an_async_listener_leaves_running_is_not_part_of_the_chain(
+    bus: EventBus,
+) -> None:
+    """Regression test: such a task kept the listener's emission in its context, and its
+    emits took it as their cause or not depending on whether an unrelated async listener
+    call happened to be in progress."""
+    seen: list[tuple[str, Emission | None]] = []
+    go = [anyio.Event(), anyio.Event()]
+    release = anyio.Event()
+    ticked = [anyio.Event(), anyio.Event()]
+
+    def tick(e: OrderShipped) -> None:
+        seen.append(("tick", current_emission()))
+        ticked[e.order_id].set()
+
+    async def busy(e: UserRegistered) -> None:
+        await release.wait()
+
+    async with anyio.create_task_group() as outlives:
+
+        async def starter(e: OrderPaid) -> None:
+            async def later() -> None:
+                for i in range(2):
+                    await go[i].wait()
+                    seen.append(("task", current_emission()))
+                    bus.emit(OrderShipped(order_id=i))
+
+            outlives.start_soon(later)  # runs on after the listener returned
+
+        bus.on(OrderPaid, starter)
+        bus.on(OrderShipped, tick)
+        bus.on(UserRegistered, busy)
+        with anyio.fail_after(5):
+            await bus.emit_async(PAID)
+            go[0].set()  # 1) nothing else in progress
+            await ticked[0].wait()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(bus.emit_async, UserRegistered(user_id=1))
+                await anyio.wait_all_tasks_blocked()  # 2) an unrelated call is in progress
+                go[1].set()
+                await ticked[1].wait()
+                release.set()
+    assert [kind for kind, _ in seen] == ["task", "tick"] * 2
+    assert seen[0][1] is None and seen[2][1] is None  # the call had ended
+    for _, em in (seen[1], seen[3]):
+        assert em is not None and (em.depth, em.causation_id) == (1, None)
+
+
+def test_an_emit_async_in_a_nested_event_loop_is_nested_in_the_sync_emit() -> None:
+    """Regression test: a sync listener (of a bus that is not running) that runs its own
+    event loop to ``emit_async()``: that loop's listeners took the sync emit as their
+    emission, and its emits skipped the async one in the chain."""
+    import asyncio
+
+    import trio
+
+    bus = EventBus(reg, MemoryFailureStore())
+    seen: dict[str, Emission | None] = {}
+    shipped_event = OrderShipped(order_id=1)
+    run_loop: list[Callable[[], object]] = [
+        lambda: asyncio.run(bus.emit_async(shipped_event)),
+        lambda: trio.run(bus.emit_async, shipped_event),
+    ]
+
+    def paid(e: Event) -> None:
+        seen["paid"] = current_emission()
+        run_loop[0]()
+
+    async def shipped(e: Event) -> None:
+        await anyio.lowlevel.checkpoint()
+        seen["shipped"] = current_emission()
+        bus.emit(UserRegistered(user_id=1))
+
+    def registered(e: Event) -> None:
+        seen["registered"] = current_emission()
+
+    bus.on(OrderPaid, paid)
+    bus.on(OrderShipped, shipped)
+    bus.on(UserRegistered, registered)
+    for _ in range(2):  # asyncio, then trio
+        seen.clear()
+        bus.emit(PAID)
+        p, s, r = seen["paid"], seen["shipped"], seen["registered"]
+        assert p is not None and s is not None and r is not None
+        assert (p.event, s.event, r.event) == (PAID, shipped_event, UserRegistered(user_id=1))
+        assert (s.depth, s.causation_id) == (2, p.event_id)
+        assert (r.depth, r.causation_id, r.correlation_id) == (3, s.event_id, p.event_id)
+        run_loop.pop(0)
+    assert bus._nesting.current() is None

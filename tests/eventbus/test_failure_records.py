@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 import anyio
 import pytest
 
-from eventbus import Event, EventBus, FailureRecord, ListenerErrors, MemoryFailureStore
+from eventbus import Event, EventBus, FailureRecord, ListenerErrors, MemoryFailureStore, _compiler
 from eventbus._failures import safe_str
 from tests.eventbus.helpers import OrderPaid, OrderShipped, Recorder, reg
 
@@ -194,6 +194,54 @@ async def test_a_traceback_through_generated_dispatch_shows_its_source(
     assert "if (value := l0(event)) is not None" in first.traceback
     assert "if (value := l1(event)) is not None" in second.traceback
     assert "listener: second" not in second.traceback
+
+
+class FormatsAtOnce(logging.Handler):
+    """Keeps the traceback text of each logged failure as it reads at that moment."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        assert record.exc_info is not None
+        self.texts.append(logging.Formatter().formatException(record.exc_info) + "\n")
+
+
+async def test_the_stored_text_does_not_depend_on_when_it_is_read(
+    store: MemoryFailureStore,
+) -> None:
+    """Regression test: the source of a generated dispatch function was dropped from
+    linecache after 1,000 newer ones, so a traceback read later lost that frame's line."""
+    import linecache
+
+    bus = EventBus(reg, store)
+    log = logging.getLogger("eventbus")
+    at_once = FormatsAtOnce()
+    log.addHandler(at_once)
+    propagate, log.propagate = log.propagate, False
+    try:
+        bus.on(OrderPaid, Recorder().sync("first"), once=True)  # two: a generated function
+        bus.on(OrderPaid, lambda e: 1 / 0, name="fails", once=True)
+        bus.emit(PAID)
+    finally:
+        log.removeHandler(at_once)
+        log.propagate = propagate
+    assert len(at_once.texts) == 1
+    for k in range(1_100):  # new dispatch sources, as subscriptions per request make them
+        bus.on(OrderShipped, lambda e: None, name=f"tmp{k}")
+        bus.on(OrderShipped, lambda e: None, name=f"tmp{k}b")
+        bus.emit(SHIPPED)
+        bus.off(OrderShipped, f"tmp{k}")
+        bus.off(OrderShipped, f"tmp{k}b")
+    gc.collect()
+    [rec] = await store.query()
+    assert "in emit_order_paid" in rec.traceback
+    assert rec.traceback == at_once.texts[0]
+    # and the sources of dispatch functions nothing refers to any more are let go: those
+    # left are the compiled code kept for reuse, and the dispatch functions in use
+    generated = [k for k in linecache.cache if str(k).startswith("<eventbus: emit(")]
+    assert len(generated) <= _compiler.CACHED_CODES + 2
 
 
 # -- failures that cannot be printed ------------------------------------------------------

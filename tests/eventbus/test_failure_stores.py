@@ -290,6 +290,31 @@ async def test_a_retry_that_fails_again_counts_the_attempt_and_keeps_the_row_pen
     assert row.first_failed_at == before.first_failed_at
 
 
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str for you")
+
+
+def unprintable(e: Event) -> None:
+    raise Unprintable
+
+
+async def test_a_retry_that_fails_with_an_unprintable_error_is_still_counted(
+    make_store: Callable[[], FailureStore],
+) -> None:
+    """Regression test: an exception whose ``str()`` raised ended the whole retry run."""
+    bus = EventBus(reg, make_store())
+    bus.on(OrderPaid, unprintable, name="unprintable")
+    with anyio.fail_after(10):
+        async with bus:
+            bus.emit(PAID)
+            report = await bus.retry_failures()
+            [row] = await bus.failures.query()
+    assert (report.failed, report.items[0].reason) == (1, f"{__name__}.Unprintable: Unprintable()")
+    assert (row.attempts, row.message) == (2, "Unprintable()")
+    assert f"{__name__}.Unprintable: <exception str() failed>" in row.traceback
+
+
 async def test_a_row_becomes_dead_after_max_attempts(
     make_store: Callable[[], FailureStore],
 ) -> None:

@@ -14,6 +14,7 @@ from eventbus import (
     EventBus,
     FailureRecord,
     FailureStatus,
+    ListenerCancelledError,
     ListenerErrors,
     MemoryFailureStore,
 )
@@ -410,6 +411,37 @@ async def test_listener_raising_cancelled_itself_is_an_outcome_of_emit_async(
     assert [type(o.error) for o in outs] == [asyncio.CancelledError] * 2
     assert all(o.failure is not None for o in outs)
     assert len(await store.query()) == 2
+
+
+@asyncio_only
+@pytest.mark.parametrize("concurrent", [True, False])
+async def test_under_propagate_a_listener_raising_cancelled_itself_is_in_the_group(
+    store: MemoryFailureStore, concurrent: bool
+) -> None:
+    """Regression test: it was recorded but left out of ListenerErrors (a group of
+    Exceptions only), so the publisher saw success under errors="propagate"."""
+    bus = EventBus(reg, store, errors="propagate")
+
+    def sync_cancelled(e: Event) -> None:
+        raise asyncio.CancelledError("gone")
+
+    bus.on(OrderPaid, cancelled_elsewhere, name="async_cancelled")
+    bus.on(OrderPaid, sync_cancelled, name="sync_cancelled")
+    bus.on(OrderPaid, lambda e: None, name="fine")
+    with anyio.fail_after(3), pytest.raises(ListenerErrors) as caught:
+        await bus.emit_async(PAID, concurrent=concurrent)
+    members = [m for m in caught.value.exceptions if isinstance(m, ListenerCancelledError)]
+    assert len(members) == len(caught.value.exceptions)
+    assert sorted(m.listener for m in members) == ["async_cancelled", "sync_cancelled"]
+    assert all(isinstance(m.__cause__, asyncio.CancelledError) for m in members)
+    assert "listener 'sync_cancelled' raised CancelledError('gone') itself" in str(
+        next(m for m in members if m.listener == "sync_cancelled")
+    )
+    recs = await store.query()
+    assert sorted((r.listener, r.error_type) for r in recs) == [
+        ("async_cancelled", "asyncio.exceptions.CancelledError"),
+        ("sync_cancelled", "asyncio.exceptions.CancelledError"),
+    ]
 
 
 async def test_publisher_cancellation_still_propagates_unrecorded(

@@ -209,6 +209,26 @@ async def test_more_listeners_than_max_listeners_warns_once_naming_the_event(
         bus.on(OrderPaid, rec.sync("l5"))  # under the limit again, then over: warns again
 
 
+async def test_a_warning_turned_into_an_error_registers_nothing(rec: Recorder) -> None:
+    """Regression test: under warnings-as-errors the leak warning was raised after the
+    listener was registered, so ``on()`` left it subscribed, and ``subscribed()`` leaked the
+    listener it exists to scope (its ``__exit__`` never ran)."""
+    bus = EventBus(reg, max_listeners=1)
+    bus.on(OrderPaid, rec.sync("kept"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(MaxListenersExceededWarning, match="^2 listeners"):
+            bus.on(OrderPaid, rec.sync("refused"))
+        with pytest.raises(MaxListenersExceededWarning, match="^2 listeners"):
+            with bus.subscribed(OrderPaid, rec.sync("scoped")):
+                raise AssertionError("not entered")  # pragma: no cover
+        assert [s.name.rsplit(":", 1)[-1] for s in bus.listeners(OrderPaid)] == ["kept"]
+    with pytest.warns(MaxListenersExceededWarning, match="^2 listeners"):  # still unwarned
+        bus.on(OrderPaid, rec.sync("accepted"))
+    bus.emit(PAID)
+    assert rec.tags == ["kept", "accepted"]
+
+
 async def test_max_listeners_zero_is_off_and_bad_values_are_refused(rec: Recorder) -> None:
     bus = EventBus(reg, max_listeners=0)
     with warnings.catch_warnings():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import anyio
 import pytest
 
 from eventbus import FailureRecord, MemoryFailureStore
@@ -51,7 +52,13 @@ async def test_evictions_are_logged_not_silent(caplog: pytest.LogCaptureFixture)
     assert "e1" not in [r.event_id for r in await store.query()]
 
 
-async def test_lifecycle_methods_are_checkpoints() -> None:
+@pytest.mark.parametrize("method", ["flush", "aclose"])
+async def test_lifecycle_methods_are_checkpoints(method: str) -> None:
+    """A checkpoint: a cancelled scope stops at it (the test asserted nothing before)."""
     store = MemoryFailureStore()
-    await store.flush()
-    await store.aclose()
+    reached = False
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await getattr(store, method)()
+        reached = True
+    assert scope.cancelled_caught and not reached

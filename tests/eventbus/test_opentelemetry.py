@@ -360,3 +360,49 @@ async def test_counted_calls_and_spans_together(
     assert [(s.calls, s.failures) for s in bus.listener_statistics()] == [(2, 0)]
     assert len(telemetry.spans("eventbus.emit")) == 2
     assert len(telemetry.spans("eventbus.listener")) == 2
+
+
+class ReturnsACoroutine:
+    """A sync-declared listener whose call returns a coroutine (emit_async awaits it)."""
+
+    def __init__(self) -> None:
+        self.current: list[Any] = []
+
+    def __call__(self, e: Event) -> Any:
+        return self.work()
+
+    async def work(self) -> str:
+        await anyio.lowlevel.checkpoint()
+        from opentelemetry import trace
+
+        self.current.append(trace.get_current_span().get_span_context().span_id)
+        return "later"
+
+
+async def test_the_span_of_a_sync_listener_returning_an_awaitable_covers_the_await(
+    bus: EventBus, telemetry: Telemetry, traced: BusInstrumentation
+) -> None:
+    """Regression test: its span ended when the call returned, before emit_async awaited
+    what it returned; the awaited part ran outside it (core review, risk 6)."""
+    listener = ReturnsACoroutine()
+    bus.on(OrderPaid, listener, name="later")
+    with anyio.fail_after(5):
+        [outcome] = await bus.emit_async(PAID)
+    assert outcome.value == "later"
+    [call] = telemetry.spans("eventbus.listener")
+    assert listener.current == [call.context.span_id]
+    assert call.attributes is not None and call.attributes["eventbus.listener.outcome"] == "ok"
+
+
+async def test_under_emit_the_awaitable_a_sync_listener_returns_fails_its_span(
+    bus: EventBus, store: MemoryFailureStore, telemetry: Telemetry, traced: BusInstrumentation
+) -> None:
+    listener = ReturnsACoroutine()
+    bus.on(OrderPaid, listener, name="later")
+    bus.on(OrderPaid, ok)  # two: the generated dispatch closes it
+    bus.emit(PAID)
+    [rec] = await store.query()
+    assert rec.error_type == "TypeError" and listener.current == []  # closed, never run
+    [call] = telemetry.spans("eventbus.listener later")
+    assert call.status.status_code is StatusCode.ERROR
+    assert call.attributes is not None and call.attributes["eventbus.listener.outcome"] == "error"

@@ -16,7 +16,16 @@ from eventbus import (
     ListenerLookupError,
     UnknownEventError,
 )
-from tests.eventbus.helpers import OrderPaid, OrderShipped, Recorder, count_plan_builds, explode
+from eventbus.testing import AsyncRecordingListener
+from tests.eventbus.helpers import (
+    OrderPaid,
+    OrderShipped,
+    Recorder,
+    UserRegistered,
+    count_compiles,
+    count_plan_builds,
+    explode,
+)
 
 PAID = OrderPaid(order_id=1, user_id=7)
 
@@ -226,6 +235,65 @@ def test_dispatch_cache_sees_subscribe_and_unsubscribe(bus: EventBus, rec: Recor
     assert rec.tags == ["a", "a", "b", "b"]
 
 
+def test_a_subscription_change_rebuilds_only_the_event_types_it_matches(
+    bus: EventBus, rec: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression test: any on() or off() dropped the compiled dispatch of every event type,
+    so a subscription per request (``wait_for``, ``subscribed()``) recompiled them all."""
+    builds = count_plan_builds(bus)
+    compiled = count_compiles(monkeypatch)
+    events = [PAID, OrderShipped(order_id=1), UserRegistered(user_id=1)]
+    for tag in ("paid1", "paid2"):
+        bus.on(OrderPaid, rec.sync(tag))
+    for tag in ("shipped1", "shipped2"):
+        bus.on(OrderShipped, rec.sync(tag))
+    bus.on(UserRegistered, rec.sync("registered"))  # a lone listener: nothing compiled
+
+    def emit_all() -> None:
+        for e in events:
+            bus.emit(e)
+
+    emit_all()
+    assert (builds, len(compiled)) == ([OrderPaid, OrderShipped, UserRegistered], 2)
+    builds.clear()
+    for _ in range(3):  # a subscription per request
+        bus.on(OrderShipped, rec.sync("request"), name="request")
+        emit_all()
+        bus.off(OrderShipped, "request")
+        emit_all()
+    assert builds == [OrderShipped] * 6
+    assert len(compiled) == 3  # with "request", once; without it, the code of the start
+    builds.clear()
+    bus.on("order.*", rec.sync("wild"))
+    emit_all()
+    assert builds == [OrderPaid, OrderShipped]
+    rec.calls.clear()
+    emit_all()
+    assert rec.tags == ["paid1", "paid2", "wild", "shipped1", "shipped2", "wild", "registered"]
+
+
+def test_a_plan_that_comes_back_gets_its_dispatch_function_back(
+    bus: EventBus, rec: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A subscription per request: after off(), the function of before on() is reused (it
+    was compiled again from the same source, a new function, at each request)."""
+    compiled = count_compiles(monkeypatch)
+    bus.on(OrderPaid, rec.sync("a"))
+    bus.on(OrderPaid, rec.sync("b"))
+    bus.emit(PAID)
+    before = bus._dispatch[OrderPaid][0]
+    for _ in range(3):
+        with bus.subscribed(OrderPaid, rec.sync("request"), name="request"):
+            bus.emit(PAID)
+        bus.emit(PAID)
+        assert bus._dispatch[OrderPaid][0] is before
+    assert len(compiled) == 2
+    assert rec.tags == ["a", "b"] + ["a", "b", "request", "a", "b"] * 3
+    bus.errors = "propagate"  # compiled with the bus's policy: compiled again
+    bus.emit(PAID)
+    assert bus._dispatch[OrderPaid][0] is not before
+
+
 async def test_dispatch_cache_is_shared_by_emit_and_emit_async(
     bus: EventBus, rec: Recorder
 ) -> None:
@@ -308,6 +376,37 @@ async def test_async_listener_behind_functools_wraps_runs_as_async(bus: EventBus
     with anyio.fail_after(3):
         [out] = await bus.emit_async(PAID)
     assert (ran, out.value, out.ok) == ([PAID], "granted", True)
+
+
+class AsyncCallable:
+    async def __call__(self, e: Event) -> str:
+        await anyio.lowlevel.checkpoint()
+        return "called"
+
+
+class InheritsAsyncCall(AsyncCallable):
+    """Its async ``__call__`` comes from the base class."""
+
+
+class MyRecorder(AsyncRecordingListener):
+    """A subclass of the testing helper: its ``__call__`` is inherited too."""
+
+
+async def test_an_inherited_async_call_makes_an_async_listener(bus: EventBus) -> None:
+    """Regression test: only a ``__call__`` defined on the instance's own class was seen, so
+    these ran as sync listeners whose coroutine was closed and recorded as a TypeError."""
+    recorder = MyRecorder()
+    bus.on(OrderPaid, InheritsAsyncCall(), name="inherits")
+    bus.on(OrderPaid, recorder, name="recorder")
+    assert [s.is_async for s in bus.listeners(OrderPaid)] == [True, True]
+    async with bus:
+        bus.emit(PAID)
+        with anyio.fail_after(3):
+            await recorder.wait_for(1)
+        outs = await bus.emit_async(PAID)
+    assert [o.value for o in outs] == ["called", None]
+    assert recorder.events == [PAID, PAID]
+    assert await bus.failures.query() == []
 
 
 async def test_emit_async_reuses_the_plan_cached_by_emit(bus: EventBus, rec: Recorder) -> None:

@@ -156,22 +156,36 @@ async def test_capture_collects_only_while_active_and_keeps_an_existing_hook() -
     assert bus.on_failure == hooked.append  # restored
 
 
-async def test_capture_that_outlives_a_later_hook_stops_recording_but_forwards() -> None:
+async def test_capture_sees_failures_caused_while_on_failure_runs() -> None:
+    """Regression test: the capture sat in on_failure, which a failure caused by the hook
+    does not call again, so the capture (and the pytest fixture) missed that failure."""
+    hooked: list[FailureRecord] = []
+
+    def alert(r: FailureRecord) -> None:
+        hooked.append(r)
+        if r.event_name == "order.paid":
+            bus.emit(OrderShipped(order_id=1))  # the alert's own listener fails too
+
+    bus = EventBus(reg, on_failure=alert)
+    bus.on("order.*", explode)
+    with capture_failures(bus) as failures:
+        bus.emit(OrderPaid(order_id=1))
+    assert [r.event_name for r in failures] == ["order.paid", "order.shipped"]
+    assert [r.event_name for r in hooked] == ["order.paid"]  # not re-entered (README)
+
+
+async def test_a_hook_set_inside_a_capture_stays_and_the_capture_ends_with_its_block() -> None:
     later: list[FailureRecord] = []
     bus = EventBus(reg)
     bus.on(OrderPaid, explode)
     with capture_failures(bus) as failures:
-        inner = bus.on_failure
-        assert inner is not None
-
-        def chained(r: FailureRecord) -> None:
-            later.append(r)
-            inner(r)
-
-        bus.on_failure = chained
-    bus.emit(OrderPaid(order_id=1))
-    assert len(later) == 1
-    assert len(failures) == 0
+        assert bus.on_failure is None  # the capture leaves the hook alone
+        bus.on_failure = later.append
+        bus.emit(OrderPaid(order_id=1))
+    bus.emit(OrderPaid(order_id=2))
+    assert bus.on_failure == later.append
+    assert len(later) == 2
+    assert [json.loads(r.payload) for r in failures] == [{"order_id": 1}]
 
 
 async def test_nested_capture_marks_records_claimed_in_the_outer_one() -> None:

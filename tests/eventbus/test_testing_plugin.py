@@ -94,6 +94,40 @@ async def test_failing_listener(event_bus: EventBus) -> None:
     )
 
 
+def test_a_failure_caused_by_on_failure_counts_too(inner: pytest.Pytester) -> None:
+    """Regression test: it escaped the fixture's capture (on_failure is not re-entered)."""
+    result = run(
+        inner,
+        """
+class Alert(Event, name="alert", registry=reg):
+    pass
+
+box = []
+
+@pytest.fixture
+def event_bus_options():
+    return {"on_failure": lambda r: box[0].emit(Alert())}  # the alert fails too
+
+@pytest.mark.eventbus_expect_failures
+async def test_expected(event_bus: EventBus) -> None:
+    box[:] = [event_bus]
+    event_bus.on(Alert, explode, name="alert")
+    event_bus.on(OrderPaid, explode)
+    event_bus.emit(OrderPaid(order_id=1))
+
+async def test_unexpected(event_bus: EventBus) -> None:
+    box[:] = [event_bus]
+    event_bus.on(Alert, explode, name="alert")
+    event_bus.on(OrderPaid, explode)
+    event_bus.emit(OrderPaid(order_id=1))
+""",
+    )
+    result.assert_outcomes(passed=4, errors=2)
+    result.stdout.fnmatch_lines(
+        ["*2 unexpected listener failures: 'conftest:explode' on 'order.paid'*'alert' on 'alert'*"]
+    )
+
+
 def test_a_background_failure_counts_too(inner: pytest.Pytester) -> None:
     result = run(
         inner,

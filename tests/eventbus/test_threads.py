@@ -4,9 +4,12 @@ naming the fix; ``emit_threadsafe()`` hands the emit to the loop (real threads t
 from __future__ import annotations
 
 import concurrent.futures
+import functools
+import json
 import logging
 import re
 import threading
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -22,8 +25,9 @@ from eventbus import (
     PayloadError,
     UnknownEventError,
     WrongThreadError,
+    current_emission,
 )
-from tests.eventbus.helpers import OrderPaid, OrderShipped, explode, reg
+from tests.eventbus.helpers import OrderPaid, OrderShipped, UserRegistered, explode, reg
 
 PAID = OrderPaid(order_id=1, user_id=7)
 
@@ -280,3 +284,166 @@ async def test_cancelling_the_future_cancels_the_emit(bus: EventBus) -> None:
         async with bus:
             assert await in_thread(worker) is True
             await ended.wait()  # the listener saw the cancellation
+
+
+def test_a_bus_that_is_not_running_takes_emits_from_many_threads_at_once() -> None:
+    """Regression test: emits from several threads shared one nesting state, so one thread's
+    emit became another's cause, depths grew without end, and the bus stayed "in an emit"
+    for good. Each thread's emits nest on their own: sync ones, nested ones, failing ones,
+    and ``emit_async()`` run by an event loop of the thread's own (asyncio and trio)."""
+    import sys
+
+    store = MemoryFailureStore(max_records=1_000_000)
+    bus = EventBus(reg, store, max_depth=4)
+    outer: dict[int, tuple[str, int, str | None]] = {}  # order_id: (event_id, depth, cause)
+    inner: dict[int, tuple[int, str | None, str]] = {}  # order_id: (depth, cause, correlation)
+    wrong: list[str] = []
+
+    def record(e: OrderPaid | UserRegistered, n: int) -> None:
+        em = current_emission()
+        if em is None or em.event is not e:
+            wrong.append(f"{e!r} saw {em!r}")
+            return
+        outer[n] = (em.event_id, em.depth, em.causation_id)
+        bus.emit(OrderShipped(order_id=n))
+        if n % 7 == 0:
+            raise ValueError(f"pay {n}")
+
+    def pay(e: OrderPaid) -> None:
+        record(e, e.order_id)
+
+    async def register(e: UserRegistered) -> None:
+        await anyio.lowlevel.checkpoint()
+        record(e, e.user_id)
+
+    def ship(e: OrderShipped) -> None:
+        em = current_emission()
+        if em is None or em.event is not e:
+            wrong.append(f"ship({e.order_id}) saw {em!r}")
+            return
+        inner[e.order_id] = (em.depth, em.causation_id, em.correlation_id)
+        if e.order_id % 5 == 0:
+            raise ValueError(f"ship {e.order_id}")
+
+    bus.on(OrderPaid, pay)
+    bus.on(OrderPaid, lambda e: None, name="second")  # a generated dispatch function
+    bus.on(UserRegistered, register)  # async: for emit_async() in the threads' own loops
+    bus.on(OrderShipped, ship)  # a lone listener: emit() calls it itself
+    threads, each = 8, 150
+
+    def sync_worker(t: int) -> None:
+        for i in range(each):
+            bus.emit(OrderPaid(order_id=t * 10_000 + i, user_id=t))
+
+    def async_worker(t: int, backend: str) -> None:
+        async def main() -> None:
+            for i in range(each):
+                await bus.emit_async(UserRegistered(user_id=t * 10_000 + i))
+
+        anyio.run(main, backend=backend)
+
+    workers = [threading.Thread(target=sync_worker, args=(t,)) for t in range(threads)]
+    backends = ["asyncio", "trio", "asyncio", "trio"]
+    workers += [
+        threading.Thread(target=async_worker, args=(threads + k, b)) for k, b in enumerate(backends)
+    ]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows
+    try:
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not any(w.is_alive() for w in workers)
+    assert wrong == []
+    ids = sorted(t * 10_000 + i for t in range(threads + len(backends)) for i in range(each))
+    assert sorted(outer) == sorted(inner) == ids
+    for n in ids:
+        event_id, depth, cause = outer[n]
+        assert (depth, cause) == (1, None), n
+        assert inner[n] == (2, event_id, event_id), n
+    records = anyio.run(functools.partial(store.query, limit=None))
+    failed: dict[str, list[int]] = {"pay": [], "ship": []}
+    for r in records:
+        payload = json.loads(r.payload)
+        n = payload.get("order_id", payload.get("user_id"))
+        kind = "ship" if r.event_name == "order.shipped" else "pay"
+        failed[kind].append(n)
+        cause = None if kind == "pay" else outer[n][0]
+        assert (r.causation_id, r.correlation_id) == (cause, outer[n][0]), r
+        if kind == "pay":
+            assert r.event_id == outer[n][0]
+    assert sorted(failed["pay"]) == [n for n in ids if n % 7 == 0]
+    assert sorted(failed["ship"]) == [n for n in ids if n % 5 == 0]
+    # Nothing is left "in an emit": a new emit is a first one, of depth 1.
+    outer.clear()
+    bus.emit(OrderPaid(order_id=1, user_id=0))
+    assert outer[1][1:] == (1, None) and inner[1][:2] == (2, outer[1][0])
+    assert current_emission() is None
+
+
+# -- emit_threadsafe() while the loop ends: an error, never a hang --------------------------
+
+
+@pytest.mark.parametrize("end", ["stopped", "closed"])
+def test_emit_threadsafe_racing_the_end_of_the_loop_raises_bus_not_running(end: str) -> None:
+    """Regression test: a call that read the loop before the bus closed and got its callback
+    in after the loop's last iteration waited forever (``stopped``: run_until_complete
+    returned and the loop was not closed yet); one that got in after the loop closed raised
+    a bare RuntimeError from asyncio (``closed``)."""
+    import asyncio
+
+    bus = EventBus(reg)
+    bus.on(OrderPaid, lambda e: None)
+    loop = asyncio.new_event_loop()
+    started, release, stopped, closed = (threading.Event() for _ in range(4))
+
+    async def run_bus() -> None:
+        async with bus:
+            started.set()
+            await anyio.to_thread.run_sync(release.wait)
+
+    def loop_thread() -> None:
+        loop.run_until_complete(run_bus())
+        stopped.set()
+        if end == "closed":
+            loop.close()
+            closed.set()
+
+    real = loop.call_soon_threadsafe
+
+    def racing(callback: Any, *args: Any) -> Any:
+        if threading.current_thread().name != "publisher":  # the loop's own helpers
+            return real(callback, *args)
+        # emit_threadsafe() checked that the bus runs; the bus closes, the loop ends now
+        release.set()
+        assert stopped.wait(5)
+        if end == "closed":
+            assert closed.wait(5)
+        return real(callback, *args)
+
+    runner = threading.Thread(target=loop_thread, daemon=True)
+    runner.start()
+    assert started.wait(5)
+    loop.call_soon_threadsafe = racing  # type: ignore[method-assign,assignment]
+    raised: list[BaseException] = []
+
+    def publisher() -> None:
+        try:
+            bus.emit_threadsafe(PAID)
+        except BaseException as exc:
+            raised.append(exc)
+
+    caller = threading.Thread(
+        target=publisher, name="publisher", daemon=True
+    )  # daemon: a hang must not block
+    caller.start()
+    caller.join(5)
+    runner.join(5)
+    if not loop.is_closed():
+        loop.close()
+    assert not caller.is_alive(), "emit_threadsafe() hung"
+    assert [type(e) for e in raised] == [BusNotRunningError]
+    assert "emit_threadsafe('order.paid') needs a running bus" in str(raised[0])

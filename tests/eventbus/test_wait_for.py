@@ -8,7 +8,15 @@ import pytest
 from anyio import wait_all_tasks_blocked
 
 from eventbus import Event, EventBus, MemoryFailureStore, UnknownEventError
-from tests.eventbus.helpers import OrderPaid, OrderShipped, Recorder, asyncio_or_virtual_trio, reg
+from tests.eventbus.helpers import (
+    OrderPaid,
+    OrderShipped,
+    Recorder,
+    asyncio_or_virtual_trio,
+    count_compiles,
+    count_plan_builds,
+    reg,
+)
 
 #: asyncio on tiny real limits; trio on a virtual clock that jumps whenever every task waits
 anyio_backend = asyncio_or_virtual_trio
@@ -170,3 +178,35 @@ async def test_typed_result(bus: EventBus) -> None:
         with anyio.fail_after(5):
             paid = await other.wait_for(OrderPaid)
     assert paid.order_id == 4
+
+
+async def test_a_wait_per_request_compiles_once_and_leaves_other_events_alone(
+    bus: EventBus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression test: each wait_for() subscribed a listener of a new name, so each request
+    recompiled the dispatch of every event type (~50x the cost of the request)."""
+    replies: list[Event] = []
+    bus.on(OrderPaid, lambda e: None, name="paid1")
+    bus.on(OrderPaid, lambda e: None, name="paid2")
+    bus.on(OrderShipped, replies.append, name="shipped")
+    bus.emit(PAID := OrderPaid(order_id=1, user_id=1))
+    builds = count_plan_builds(bus)
+    compiled = count_compiles(monkeypatch)
+
+    async def request(n: int) -> Event:
+        async def reply() -> None:
+            await anyio.lowlevel.checkpoint()
+            bus.emit(OrderShipped(order_id=n))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reply)
+            got = await bus.wait_for(OrderShipped, where=lambda e: e.order_id == n)
+        bus.emit(PAID)  # the rest of the service goes on emitting its events
+        return got
+
+    with anyio.fail_after(5):
+        got = [await request(n) for n in range(20)]
+    assert got == replies == [OrderShipped(order_id=n) for n in range(20)]
+    assert len(compiled) == 1  # "shipped" and a waiter; without the waiter: a lone listener
+    assert set(builds) == {OrderShipped}  # order.paid's dispatch was never dropped
+    assert [s.name for s in bus.listeners(OrderShipped)] == ["shipped"]

@@ -185,3 +185,76 @@ async def test_max_attempts_must_be_positive(db_url: str) -> None:
 
 def test_an_empty_report_reads_well() -> None:
     assert str(RetryReport()) == "0 retried: 0 resolved, 0 failed again, 0 dead, 0 skipped"
+
+
+# -- once= and times= listeners: they unsubscribe themselves when their last call starts ----
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_a_once_listener_whose_call_failed_is_retried(db_url: str, kind: str) -> None:
+    """Regression test: the listener was removed when its call was claimed, so its failure
+    could never be retried ("no listener named ...")."""
+    bus = sql_bus(db_url)
+    flaky = Flaky()
+
+    async def async_flaky(e: Event) -> None:
+        flaky(e)
+
+    bus.on(UserRegistered, flaky if kind == "sync" else async_flaky, name="welcome", once=True)
+    with anyio.fail_after(5):
+        async with bus:
+            bus.emit(UserRegistered(user_id=1))
+        assert bus.listener("welcome") is None  # its one call is spent
+        flaky.failing = False
+        async with bus:
+            report = await bus.retry_failures()
+            [row] = await bus.failures.query()
+    assert report.resolved == 1, report
+    assert row.status is FailureStatus.RESOLVED
+    assert flaky.seen == [UserRegistered(user_id=1)] * 2
+    assert bus.listener("welcome") is None  # retried, not subscribed again
+
+
+async def test_a_dropped_call_of_a_times_listener_is_retried(db_url: str) -> None:
+    """Its calls were spent by emits whose calls were dropped (a full queue): they never ran."""
+    bus = EventBus(reg, SqlFailureStore(db_url), queue_size=0, workers=1)
+    release = anyio.Event()
+    seen: list[int] = []
+
+    async def blocker(e: OrderPaid) -> None:
+        await release.wait()
+
+    async def welcome(e: UserRegistered) -> None:
+        seen.append(e.user_id)
+
+    bus.on(OrderPaid, blocker)
+    bus.on(UserRegistered, welcome, name="welcome", times=2)
+    with anyio.fail_after(5):
+        async with bus:
+            await anyio.wait_all_tasks_blocked()  # the worker waits for a call
+            bus.emit(PAID)
+            await anyio.wait_all_tasks_blocked()  # the one worker is busy: no room left
+            bus.emit(UserRegistered(user_id=1))
+            bus.emit(UserRegistered(user_id=2))
+            release.set()
+        async with bus:
+            rows = await bus.failures.query()
+            assert [r.error_type for r in rows] == ["eventbus.ListenerDroppedError"] * 2
+            report = await bus.retry_failures()
+    assert report.resolved == 2, report
+    assert seen == [1, 2]
+
+
+async def test_a_listener_subscribed_again_under_the_name_is_the_one_retried(
+    db_url: str,
+) -> None:
+    bus = sql_bus(db_url)
+    first, second = Flaky(), Flaky()
+    bus.on(UserRegistered, first, name="welcome", once=True)
+    second.failing = False
+    with anyio.fail_after(5):
+        async with bus:
+            bus.emit(UserRegistered(user_id=1))
+            bus.on(UserRegistered, second, name="welcome")
+            assert (await bus.retry_failures()).resolved == 1
+    assert (len(first.seen), len(second.seen)) == (1, 1)
