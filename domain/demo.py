@@ -240,6 +240,9 @@ def _run(args: argparse.Namespace) -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="eventbus-demo-") as tmp:
             stopped = anyio.run(demo, Path(tmp) / "demo.db", backend="asyncio")
-        print("(a temporary database, now removed: pass --db PATH to keep it)")
+        print(
+            "(a temporary database, now removed: --db PATH keeps it, as in "
+            "make demo DEMO_ARGS='--db demo.db')"
+        )
     sys.stdout.flush()
     return 0 if stopped is None else 128 + stopped

@@ -154,8 +154,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         raise  # our reader went away (| head): quiet_broken_pipe ends quietly
     except (sa_exc.SQLAlchemyError, OSError) as exc:
-        print(f"error: database failed: {describe_error(exc)}", file=sys.stderr)
+        print(f"error: database{_named_db(args)} failed: {describe_error(exc)}", file=sys.stderr)
         return EXIT_ERROR
+
+
+def _named_db(args: argparse.Namespace) -> str:
+    """`` 'URL'``, the database a ``failures`` command opened (password hidden), so that the
+    error names it; empty when the command says no database (``retry --app`` uses the app's)."""
+    if args.command != "failures" or (args.db is None and getattr(args, "app", None)):
+        return ""
+    try:
+        return f" {redact_url(database_url(args.db or default_db_url()))!r}"
+    except (ValueError, FileNotFoundError):
+        return ""
 
 
 # -- commands ------------------------------------------------------------------------------------

@@ -354,8 +354,14 @@ def test_a_real_subprocess_lists_failures(db_url: str) -> None:
         pytest.param(
             ["list", "--db", "postgresql+asyncpg://u:pw@127.0.0.1:1/x"],
             1,
-            "database failed: ConnectionRefusedError",
+            "database 'postgresql+asyncpg://u:***@127.0.0.1:1/x' failed: ConnectionRefusedError",
             id="unreachable",
+        ),
+        pytest.param(
+            ["list", "--db", "{tmp}/junk.db"],
+            1,
+            "database 'sqlite+aiosqlite:///{tmp}/junk.db' failed: DatabaseError: file is not a",
+            id="not-a-database",
         ),
     ],
 )
@@ -368,7 +374,9 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     sqlite3.connect(tmp_path / "empty.db").close()
+    (tmp_path / "junk.db").write_text("not a database\n")
     argv = [a.format(tmp=tmp_path, db=db_url) for a in argv]
+    message = message.format(tmp=tmp_path)
     assert main(["failures", *argv]) == code
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
