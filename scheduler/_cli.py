@@ -132,11 +132,20 @@ def _run_next(args: argparse.Namespace) -> int:
         times = cron.next_times(args.n, after=after)
     except OverflowError as exc:
         raise InputError(str(exc)) from None
+    if tz.key == "UTC":  # the zone's column would repeat the UTC one
+        print("UTC")
+        for t in times:
+            print(_utc_text(t))
+        return EXIT_OK
     width = len(times[0].isoformat()) if times else 25
     print(f"{tz.key:<{width}}  UTC")
     for t in times:
-        print(f"{t.isoformat():<{width}}  {t.astimezone(UTC).isoformat().replace('+00:00', 'Z')}")
+        print(f"{t.isoformat():<{width}}  {_utc_text(t)}")
     return EXIT_OK
+
+
+def _utc_text(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 # -- runs ------------------------------------------------------------------------------------
