@@ -226,11 +226,16 @@ _ENCODERS: dict[type, Callable[[Any], Any]] = {
 # -- decoding ------------------------------------------------------------------------------------
 
 
+_FIELD_MAPS: dict[type, dict[str, dataclasses.Field[Any]]] = {}
+
+
 def _decode_fields(cls: type[Any], data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     hints = _hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
+    fields = _FIELD_MAPS.get(cls)
+    if fields is None:
+        fields = _FIELD_MAPS[cls] = {f.name: f for f in dataclasses.fields(cls)}
+    if not data.keys() <= fields.keys():
+        unknown = sorted(set(data) - set(fields))
         raise _CodecError(
             prefix + unknown[0], f"is stored but {cls.__qualname__} has no such field"
         )
@@ -245,6 +250,8 @@ def _decode_fields(cls: type[Any], data: Mapping[str, Any], prefix: str) -> dict
 
 
 def _decode(raw: Any, hint: Any, path: str) -> Any:
+    if hint is type(raw) and hint in _PLAIN:  # the commonest case: what the decoder returns
+        return raw
     if hint is Any or hint is object:
         return raw
     origin = typing.get_origin(hint)

@@ -30,6 +30,10 @@ NOGROUP_MAX_BACKOFF = 10.0
 NOGROUP_RESET = 60.0
 #: the longest a shielded acknowledgement may hold up a stop
 ACK_PATIENCE = 5.0
+#: how long the ack task lets the acknowledgements of the next moments join its ``XACK``:
+#: a caught-up consumer reads a few entries at a time, and one ``XACK`` per read was a
+#: third of its round trips. A delayed ack only delays; a stop flushes what is queued.
+ACK_LINGER = 0.005
 
 
 def is_missing_group(exc: BaseException) -> bool:
@@ -110,11 +114,12 @@ class Group:
     def finish(self, entry: Entry) -> None:
         """Forget an entry this process no longer works on (done, retried later, or cancelled)."""
         if self.in_flight.pop(entry.key, None) is not None and self._waiting:
-            changed, self._changed = self._changed, anyio.Event()
-            changed.set()
+            self._changed.set()  # replaced by the next wait: not one new event per entry
 
     async def wait_finished(self) -> None:
-        """Return after the next entry in flight finished."""
+        """Return after the next entry in flight finished (callers check again in a loop)."""
+        if self._changed.is_set():
+            self._changed = anyio.Event()
         self._waiting += 1
         try:
             await self._changed.wait()
@@ -196,6 +201,7 @@ class Group:
     async def ack_loop(self) -> None:
         while True:
             await self._ack_ready.wait()
+            await anyio.sleep(ACK_LINGER)
             await self.flush_acks()
 
     async def flush_acks(self) -> None:

@@ -125,10 +125,12 @@ class Relay:
                 await self._settle()
                 return
             await self._maintain()
-            with anyio.move_on_after(opts.poll_interval):
+            with anyio.move_on_after(opts.poll_interval) as idle:
                 await self._wakeup.wait()
                 if opts.relay_linger:  # let the commits of the next few moments join in
                     await anyio.sleep(opts.relay_linger)
+            if idle.cancelled_caught:  # no batch came to carry the SETTLE calls: send them
+                await self._settle()
 
     async def _db(self) -> AsyncConnection:
         if self._conn is None or self._conn.closed:
@@ -339,7 +341,6 @@ class Relay:
         self.rt.notify(StreamCapped(stream=stream, maxlen=maxlen))
 
     async def _maintain(self) -> None:
-        await self._settle()
         await self._update_backlog()
         if time.monotonic() < self._next_purge:
             return
