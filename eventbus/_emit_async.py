@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._calls import (
+    ABORTED,
     absorb_cancel,
     add_note_once,
     call_async,
@@ -323,6 +324,7 @@ async def _gather_asyncio(
         nonlocal aborting
         aborting = True
         for task in tasks:
+            ABORTED.add(task)  # not the listener's cancellation: see cancelled_from_outside()
             task.cancel()
 
     def ended(i: int, sub: Listener, wrapped: bool, start: float, task: asyncio.Task[Any]) -> None:
