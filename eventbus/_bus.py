@@ -135,6 +135,7 @@ class EventBus:
         )
         self._sink = FailureSink(failures if failures is not None else MemoryFailureStore())
         self._sink.hook = on_failure
+        self._sink.limited = self._table.failed
         self._pool = WorkerPool(self._sink, self._nesting, backoff=retry_backoff)
         self._compiled = DispatchCache(
             Runtime(self._nesting, self._sink, self._pool, self._table), errors

@@ -142,7 +142,7 @@ def call_sync(
         except Exception as exc:
             if attempts <= sub.retries:
                 continue
-            rec = sink.capture(emission, sub.name, exc, attempts)
+            rec = sink.capture(emission, sub, exc, attempts)
             return exc, None, rec
         finally:
             if token is not None:
@@ -198,7 +198,7 @@ async def call_async(
             if attempts <= sub.retries:
                 await anyio.sleep(backoff_delay(backoff, attempts))
                 continue
-            rec = sink.capture(emission, sub.name, exc, attempts)
+            rec = sink.capture(emission, sub, exc, attempts)
             return exc, None, rec
         finally:
             if token is not None:
