@@ -21,13 +21,12 @@ The slot is shared without a lock: taking it (``if top is None: top = event``) a
 :meth:`Nesting.park`, :meth:`Nesting.unpark` and :meth:`Nesting.held` contain no call and no
 loop, and CPython (3.11 and later, with its GIL) switches threads only at a call, a backward
 jump or a function's start, so each runs as one step. A trace function written in Python
-(pdb and other debuggers, coverage's PyTracer) is a call at each new line, so another thread
-may run between any two lines: each check of the slot and what it decides
-(the fast path's take, parking's ``if top is idle: top = SLOW``, unparking's ``if not busy:
-rest = idle; top = idle if top is SLOW``) is written on one line, where it cannot: between
-lines, these steps see the others' effects in any order and still end in a right state.
-A free-threaded build offers no such step: there, emit to a bus that is not running from one
-thread at a time.
+(pdb and other debuggers, coverage's PyTracer) is a call at each new line, where another
+thread may run; so each check of the slot shares one line with what it decides (the fast
+path's take, parking's ``if top is idle: top = SLOW``, unparking's ``if not busy: rest =
+idle; top = idle if top is SLOW``), and the steps on lines of their own (the ``busy``
+counter, ``rest = SLOW``) are right in any order. A free-threaded build offers no such step:
+there, emit to a bus that is not running from one thread at a time.
 
 Who holds the slot is known without a per-emit cost: a running bus's fast path is its loop
 thread's alone; otherwise the thread that finds this bus's fast-path ``emit()`` frame on its
