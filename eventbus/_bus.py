@@ -135,6 +135,7 @@ class EventBus:
         )
         self._sink = FailureSink(failures if failures is not None else MemoryFailureStore())
         self._sink.hook = on_failure
+        self._sink.limited = self._table.failed
         self._pool = WorkerPool(self._sink, self._nesting, backoff=retry_backoff)
         self._compiled = DispatchCache(
             Runtime(self._nesting, self._sink, self._pool, self._table), errors
@@ -281,32 +282,27 @@ class EventBus:
             # that the KeyError does not become the context of what a listener raises)
         else:
             nesting = self._nesting
-            if payload is None and nesting.top is None:  # at rest, and the bus does not run
-                nesting.top = event  # the emission, kept as its bare event until asked for
-                try:
-                    if (value := call(event)) is not None:
-                        compiled.returned(value)
-                except Exception as exc:
-                    if compiled.single is None:
-                        raise  # for the publisher: generated functions record their listeners'
-                    compiled.record(self._sink, nesting, exc)
-                finally:
-                    nesting.top = nesting.rest
-                return None
-            # At rest while the bus runs: the same, from the loop's thread only. Written out
-            # twice so that a bus that does not run pays nothing for the thread check.
-            if payload is None and nesting.top is RUNNING and self._thread.__dict__:
-                nesting.top = event
-                try:
-                    if (value := call(event)) is not None:
-                        compiled.returned(value)
-                except Exception as exc:
-                    if compiled.single is None:
-                        raise
-                    compiled.record(self._sink, nesting, exc)
-                finally:
-                    nesting.top = nesting.rest
-                return None
+            # At rest, and the bus does not run: take the slot. Check and take on one line: a
+            # trace function in Python (pdb, coverage) runs between lines, and another thread
+            # may run while it does (see eventbus._nesting); within a line, none can.
+            if payload is None and nesting.top is None: nesting.top = event  # noqa: E701  # fmt: skip
+            # At rest while the bus runs: the same, from the loop's thread only (tested second,
+            # so that a bus that does not run pays nothing for the thread check).
+            elif payload is None and nesting.top is RUNNING and self._thread.__dict__:
+                nesting.top = event  # the loop's thread alone gets here: nothing to race
+            else:
+                return self._emit_checked(event, payload)
+            # The emission is the slot's bare event until something asks for it.
+            try:
+                if (value := call(event)) is not None:
+                    compiled.returned(value)
+            except Exception as exc:
+                if compiled.single is None:
+                    raise  # for the publisher: generated functions record their listeners'
+                compiled.record(self._sink, nesting, exc)
+            finally:
+                nesting.top = nesting.rest
+            return None
         return self._emit_checked(event, payload)
 
     def _emit_checked(self, event: Event | str, payload: Mapping[str, Any] | None) -> None:

@@ -11,6 +11,7 @@ import inspect
 import math
 import sys
 import time
+import weakref
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from ._pool import QueuedCall
 
 __all__ = [
+    "ABORTED",
     "absorb_cancel",
     "add_note_once",
     "attempt",
@@ -41,6 +43,10 @@ __all__ = [
 ]
 
 MAX_BACKOFF = 30.0
+
+#: asyncio tasks of the bus's own that the bus itself cancelled (``emit_async()``'s listener
+#: tasks, when its publisher was cancelled): a cancellation there is never the listener's
+ABORTED: weakref.WeakSet[Any] = weakref.WeakSet()
 
 #: Which attempt of a listener with ``retries=`` is running (1 otherwise), for instrumentation.
 attempt: contextvars.ContextVar[int] = contextvars.ContextVar("eventbus_attempt", default=1)
@@ -66,18 +72,20 @@ def cancelled_from_outside(*, own_task: bool = False) -> bool:
     cancelled effective deadline, and a plain ``task.cancel()`` as ``cancelling()``.
 
     :param own_task: the call runs in a task of the bus's own (a worker, one of
-        ``emit_async()``'s), which nobody else may cancel but through a scope: a plain
-        ``task.cancel()`` there came from the listener (or a library it called), and is its
-        failure too (see :func:`absorb_cancel`)
+        ``emit_async()``'s), which nobody else may cancel but through a scope or the bus's own
+        abort (:data:`ABORTED`): any other ``task.cancel()`` there came from the listener (or
+        a library it called), and is its failure too (see :func:`absorb_cancel`)
     """
     deadline = anyio.current_effective_deadline()
     if deadline == -math.inf or deadline <= anyio.current_time():
         return True
-    if own_task or not on_asyncio():
+    if not on_asyncio():
         return False  # trio: a listener cannot raise Cancelled without a scope
     import asyncio
 
     task = asyncio.current_task()
+    if own_task:
+        return task in ABORTED
     return task is not None and task.cancelling() > 0
 
 
@@ -134,7 +142,7 @@ def call_sync(
         except Exception as exc:
             if attempts <= sub.retries:
                 continue
-            rec = sink.capture(emission, sub.name, exc, attempts)
+            rec = sink.capture(emission, sub, exc, attempts)
             return exc, None, rec
         finally:
             if token is not None:
@@ -190,7 +198,7 @@ async def call_async(
             if attempts <= sub.retries:
                 await anyio.sleep(backoff_delay(backoff, attempts))
                 continue
-            rec = sink.capture(emission, sub.name, exc, attempts)
+            rec = sink.capture(emission, sub, exc, attempts)
             return exc, None, rec
         finally:
             if token is not None:

@@ -18,8 +18,10 @@ a traceback.
 
 A subscription per request (``wait_for()``, ``subscribed()``) changes the plan of one event
 type twice per request: the :class:`DispatchCache` keeps the functions of the last few plans
-of each bus, so the plan of before the request gets its function back, and the code of a
-source compiled recently is reused across buses.
+of each event type, so the plan of before the request gets its function back, and the code
+of a source compiled recently is reused across buses. A kept function is let go of as soon as
+one of its listeners is unsubscribed (its plan cannot come back), so that it keeps no
+listener alive, nor what the listener holds.
 
 A call limit (``times=``, ``once``) is a step written only for the listeners that have one,
 and so is a call count (``c0.calls += 1``): only while the bus counts calls (see
@@ -48,6 +50,7 @@ from ._exceptions import BusNotRunningError, ListenerErrors
 from ._listeners import ErrorPolicy, Listener
 from ._nesting import Nesting
 from ._observe import Observer
+from ._patterns import is_pattern, matches
 from ._sink import FailureSink, awaitable_error
 from ._table import ListenerTable, Plan
 from ._tracebacks import register_source
@@ -55,12 +58,13 @@ from ._tracebacks import register_source
 __all__ = ["Compiled", "DispatchCache", "Dispatcher", "Runtime", "compile_plan"]
 
 Dispatcher = Callable[[Any], object]  # called with an Event only; Any keeps emit() free of casts
+_Entry = tuple[Dispatcher, "Compiled"]
 
 #: Compiled code of the most recent dispatch sources, by source text: a plan compiled again
 #: (the same listeners subscribed again, as a subscription per request does) reuses it.
 CACHED_CODES = 256
-#: Functions a bus keeps for plans that may come back (see :class:`DispatchCache`)
-RECENT_PLANS = 64
+#: Functions a bus keeps per event type for plans that may come back (see :class:`DispatchCache`)
+RECENT_PLANS = 8
 _codes: collections.OrderedDict[str, CodeType] = collections.OrderedDict()
 
 
@@ -87,7 +91,7 @@ class Compiled:
     def record(self, sink: FailureSink, nesting: Nesting, exc: Exception) -> None:
         """Record what the lone listener raised (``emit()`` called it directly, in *nesting*)."""
         assert self.single is not None
-        sink.capture(nesting.emission(), self.single.name, exc, 1)
+        sink.capture(nesting.emission(), self.single, exc, 1)
 
 
 class _Queue(Protocol):
@@ -119,7 +123,7 @@ class Runtime:
 
     def failed(self, sub: Listener, exc: Exception) -> None:
         """Record *sub*'s failure in the emission in progress (its failures share its ids)."""
-        self.sink.capture(self.nesting.emission(), sub.name, exc, 1)
+        self.sink.capture(self.nesting.emission(), sub, exc, 1)
 
     def retrying(self, emission: Emission, sub: Listener) -> Exception | None:
         return call_sync(sub, emission, self.sink)[0]
@@ -146,11 +150,10 @@ class DispatchCache:
         self._policy = policy
         self.entries: dict[type, tuple[Dispatcher, Compiled]] = {}
         runtime.table.watch(self.entries)
-        #: the entries of the last plans compiled, by plan (listeners by identity, with their
-        #: calls): a plan that comes back gets its function back
-        self._recent: collections.OrderedDict[tuple[Any, ...], tuple[Dispatcher, Compiled]] = (
-            collections.OrderedDict()
-        )
+        runtime.table.on_forget(self.forget)
+        #: per event name, the entries of the last plans compiled, by plan (listeners by
+        #: identity, with their calls): a plan that comes back gets its function back
+        self._recent: dict[str, collections.OrderedDict[tuple[Any, ...], _Entry]] = {}
         self._observer: Observer | None = None  # wraps each entry as it is compiled
         #: the call counters, kept while counting is off
         self.counts = CallCounts()
@@ -204,16 +207,32 @@ class DispatchCache:
         if entry is None:
             plan = self.runtime.table.plan(cls)
             key = (cls, plan.listeners, tuple(sub.call for sub in plan.listeners))
-            entry = self._recent.get(key)
+            recent = self._recent.get(cls.__event_name__)
+            if recent is None:
+                recent = self._recent[cls.__event_name__] = collections.OrderedDict()
+            entry = recent.get(key)
             if entry is None:
                 entry = self._compile(plan)
-                self._recent[key] = entry
-                while len(self._recent) > RECENT_PLANS:
-                    self._recent.popitem(last=False)
+                recent[key] = entry
+                while len(recent) > RECENT_PLANS:
+                    recent.popitem(last=False)
             else:
-                self._recent.move_to_end(key)
+                recent.move_to_end(key)
             self.entries[cls] = entry
         return entry
+
+    def forget(self, sub: Listener) -> None:
+        """*sub* was unsubscribed: no plan with it can come back (a listener subscribed again
+        is another object), so the functions of those plans go, with their hold on it."""
+        if is_pattern(sub.pattern):
+            names = [n for n in list(self._recent) if matches(sub.pattern, n)]
+        else:
+            names = [sub.pattern]
+        for name in names:
+            recent = self._recent.get(name)
+            if recent is not None:
+                for key in [key for key in list(recent) if sub in key[1]]:
+                    recent.pop(key, None)
 
     def _compile(self, plan: Plan) -> tuple[Dispatcher, Compiled]:
         counts = self.counts if self._counting else None

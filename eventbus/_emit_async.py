@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._calls import (
+    ABORTED,
     absorb_cancel,
     add_note_once,
     call_async,
@@ -257,7 +258,7 @@ def _failed(
             raise exc
         if own_task:
             absorb_cancel()
-    rec = sink.capture(emission, sub.name, exc, 1)
+    rec = sink.capture(emission, sub, exc, 1)
     return new_outcome(sub.name, None, exc, end - start, rec)
 
 
@@ -323,6 +324,7 @@ async def _gather_asyncio(
         nonlocal aborting
         aborting = True
         for task in tasks:
+            ABORTED.add(task)  # not the listener's cancellation: see cancelled_from_outside()
             task.cancel()
 
     def ended(i: int, sub: Listener, wrapped: bool, start: float, task: asyncio.Task[Any]) -> None:
@@ -336,13 +338,13 @@ async def _gather_asyncio(
                 try:
                     task.result()
                 except asyncio.CancelledError as exc:
-                    rec = sink.capture(emission, sub.name, exc, 1)
+                    rec = sink.capture(emission, sub, exc, 1)
                     outcomes[i] = new_outcome(sub.name, None, exc, end - start, rec)
         elif (error := task.exception()) is None:
             if not wrapped:
                 outcomes[i] = new_outcome(sub.name, task.result(), None, end - start, None)
         elif isinstance(error, Exception) and not wrapped:
-            rec = sink.capture(emission, sub.name, error, 1)
+            rec = sink.capture(emission, sub, error, 1)
             outcomes[i] = new_outcome(sub.name, None, error, end - start, rec)
         elif base_error is None:  # not a listener's failure: take the others down, raise it
             base_error = error

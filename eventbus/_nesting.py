@@ -20,8 +20,13 @@ with the call. Only ``emit()``'s fast path, which must cost next to nothing, sha
 The slot is shared without a lock: taking it (``if top is None: top = event``) and each of
 :meth:`Nesting.park`, :meth:`Nesting.unpark` and :meth:`Nesting.held` contain no call and no
 loop, and CPython (3.11 and later, with its GIL) switches threads only at a call, a backward
-jump or a function's start, so each runs as one step. A free-threaded build offers no such
-step: there, emit to a bus that is not running from one thread at a time.
+jump or a function's start, so each runs as one step. A trace function written in Python
+(pdb and other debuggers, coverage's PyTracer) is a call at each new line, where another
+thread may run; so each check of the slot shares one line with what it decides (the fast
+path's take, parking's ``if top is idle: top = SLOW``, unparking's ``if not busy: rest =
+idle; top = idle if top is SLOW``), and the steps on lines of their own (the ``busy``
+counter, ``rest = SLOW``) are right in any order. A free-threaded build offers no such step:
+there, emit to a bus that is not running from one thread at a time.
 
 Who holds the slot is known without a per-emit cost: a running bus's fast path is its loop
 thread's alone; otherwise the thread that finds this bus's fast-path ``emit()`` frame on its
@@ -105,16 +110,13 @@ class Nesting:
         """An emit or async call that uses its thread's own state begins: no fast path."""
         self.busy += 1
         self.rest = SLOW
-        if self.top is self.idle:
-            self.top = SLOW
+        if self.top is self.idle: self.top = SLOW  # noqa: E701  # fmt: skip
 
     def unpark(self) -> None:
         """Undo :meth:`park`; the last one lets the fast path back in."""
         self.busy -= 1
-        if not self.busy:
-            self.rest = self.idle
-            if self.top is SLOW:
-                self.top = self.idle
+        idle = self.idle
+        if not self.busy: self.rest = idle; self.top = idle if self.top is SLOW else self.top  # noqa: E701, E702  # fmt: skip
 
     def held(self) -> Emission:
         """The Emission of the fast-path emit this thread holds the slot for (made now if it
@@ -179,8 +181,7 @@ class Nesting:
         call.base = None if self.top is idle or idle is RUNNING else self.local.sync
         self.busy += 1  # park(), inline
         self.rest = SLOW
-        if self.top is self.idle:
-            self.top = SLOW
+        if self.top is self.idle: self.top = SLOW  # noqa: E701  # fmt: skip
         call.token = hop.set(call)
         return call
 
@@ -190,7 +191,5 @@ class Nesting:
         call.active = False
         hop.reset(call.token)
         self.busy -= 1  # unpark(), inline
-        if not self.busy:
-            self.rest = self.idle
-            if self.top is SLOW:
-                self.top = self.idle
+        idle = self.idle
+        if not self.busy: self.rest = idle; self.top = idle if self.top is SLOW else self.top  # noqa: E701, E702  # fmt: skip

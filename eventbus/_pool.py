@@ -118,7 +118,7 @@ class WorkerPool:
     def _drop(self, sub: Listener, emission: Emission, reason: str) -> None:
         self.dropped += 1
         err = ListenerDroppedError(sub.name, reason)
-        self.sink.capture(emission, sub.name, err, 0)
+        self.sink.capture(emission, sub, err, 0)
 
     def start(self, tg: TaskGroup, *, size: int, workers: int) -> None:
         """Open a queue of *size* calls and start *workers* tasks in *tg*."""
@@ -200,7 +200,7 @@ class WorkerPool:
                 job.listener.name, grace, started=True, last_error=job.last_error
             )
             err.__cause__ = job.last_error
-            self.sink.capture(job.emission, job.listener.name, err, max(job.attempts, 1))
+            self.sink.capture(job.emission, job.listener, err, max(job.attempts, 1))
         self._in_flight.clear()
         leftovers, self._leftovers = self._leftovers, None
         if leftovers is None:
@@ -211,5 +211,5 @@ class WorkerPool:
             except (anyio.WouldBlock, anyio.EndOfStream):
                 break
             err = ListenerShutdownError(job.listener.name, grace, started=False)
-            self.sink.capture(job.emission, job.listener.name, err, 0)
+            self.sink.capture(job.emission, job.listener, err, 0)
         leftovers.close()

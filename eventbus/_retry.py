@@ -2,9 +2,10 @@
 
 The listener runs in the chain of the failed emission: ``current_emission()`` gives that
 emission's ids, and what the listener emits is caused by it. A ``once``/``times`` listener
-that unsubscribed itself as its last call started is still found by its name (the latest
-:data:`~eventbus._table.SPENT_KEPT` such listeners are kept), unless another listener was
-subscribed under that name since: that one is called.
+that unsubscribed itself as its last call started is still called for the failures recorded
+for it (the latest :data:`~eventbus._table.SPENT_KEPT` such listeners are kept, until those
+rows are resolved or dead), unless another listener was subscribed under that name since:
+that one is called. A used-up listener is never called for another listener's row.
 
 A row that cannot be retried (its listener is gone, its event type is no longer declared,
 its payload was not encodable or no longer fits) stays ``pending`` with the reason in its
@@ -226,7 +227,7 @@ async def _retry_one(bus: EventBus, rec: FailureRecord, max_attempts: int) -> Re
         await bus.failures.update(rec.replace(note=f"not retried: {reason}"))
         return RetryItem(rec.id, rec.event_name, rec.listener, "skipped", rec.attempts, reason)
 
-    sub = _listener(bus, rec.listener)
+    sub = _listener(bus, rec)
     assert sub is not None  # checked by _why_not_retryable
     # In the failed emission's chain, as the first call was: what the listener emits is caused
     # by that event, and current_emission() gives its ids.
@@ -247,9 +248,12 @@ async def _retry_one(bus: EventBus, rec: FailureRecord, max_attempts: int) -> Re
                 note="resolved by retry",
             )
         )
+        bus._table.settled(sub, rec.id)
         return RetryItem(rec.id, rec.event_name, rec.listener, "resolved", attempts)
     err = outcome.error
     dead = attempts >= max_attempts
+    if dead:
+        bus._table.settled(sub, rec.id)
     await bus.failures.update(
         rec.replace(
             status=FailureStatus.DEAD if dead else FailureStatus.PENDING,
@@ -270,7 +274,7 @@ async def _retry_one(bus: EventBus, rec: FailureRecord, max_attempts: int) -> Re
 def _why_not_retryable(bus: EventBus, rec: FailureRecord) -> str | None:
     if not rec.payload_ok:
         return "its payload could not be encoded when the failure was recorded (see payload)"
-    sub = _listener(bus, rec.listener)
+    sub = _listener(bus, rec)
     if sub is None:
         return f"no listener named {rec.listener!r} is subscribed on this bus"
     if not matches(sub.pattern, rec.event_name):
@@ -278,11 +282,12 @@ def _why_not_retryable(bus: EventBus, rec: FailureRecord) -> str | None:
     return None
 
 
-def _listener(bus: EventBus, name: str) -> Listener | None:
-    """The listener subscribed under *name*; else a ``once``/``times`` listener of that name
-    whose calls are all taken (it unsubscribed itself as its last call started)."""
-    sub = bus.listener(name)
-    return sub if sub is not None else bus._table.get_spent(name)
+def _listener(bus: EventBus, rec: FailureRecord) -> Listener | None:
+    """The listener subscribed under *rec*'s name; else the ``once``/``times`` listener whose
+    failure *rec* is, if its calls are all taken (it unsubscribed itself as its last call
+    started) and it is kept."""
+    sub = bus.listener(rec.listener)
+    return sub if sub is not None else bus._table.get_spent(rec.listener, rec.id)
 
 
 async def _redeliver(bus: EventBus, rec: FailureRecord) -> RetryItem:

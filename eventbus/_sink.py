@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ._emission import Emission
 from ._failures import FailureRecord
-from ._listeners import is_async_callable
+from ._listeners import Listener, is_async_callable
 from ._log_limit import LogLimiter
 from .abc import FailureStore
 
@@ -52,7 +52,16 @@ class FailureSink:
     :param hook: ``on_failure``, called with each record
     """
 
-    __slots__ = ("_hook", "_in_hook", "count", "counts", "limiter", "observers", "store")
+    __slots__ = (
+        "_hook",
+        "_in_hook",
+        "count",
+        "counts",
+        "limited",
+        "limiter",
+        "observers",
+        "store",
+    )
 
     def __init__(
         self, store: FailureStore, hook: Callable[[FailureRecord], object] | None = None
@@ -66,6 +75,9 @@ class FailureSink:
         self.observers: list[Callable[[FailureRecord], object]] = []
         #: per-listener counters, while the bus counts calls (``count_calls``)
         self.counts: CallCounts | None = None
+        #: told of each record of a ``once``/``times`` listener, by record id (the listener
+        #: table keeps such a listener for retries of those records only)
+        self.limited: Callable[[Listener, str], object] | None = None
 
     @property
     def hook(self) -> Callable[[FailureRecord], object] | None:
@@ -81,10 +93,11 @@ class FailureSink:
         self._hook = hook
 
     def capture(
-        self, emission: Emission, listener: str, exc: BaseException, attempts: int
+        self, emission: Emission, sub: Listener, exc: BaseException, attempts: int
     ) -> FailureRecord:
-        """Build, log, store and announce one failure of a delivery (counted, if the bus
+        """Build, log, store and announce one failure of *sub*'s delivery (counted, if the bus
         counts calls); nothing here raises to the caller."""
+        listener = sub.name
         event = emission.event
         event_id = emission.event_id
         cause, chain = emission.causation_id, emission.correlation_id
@@ -111,6 +124,8 @@ class FailureSink:
             )
         if self.counts is not None:
             self.counts.failed(rec.event_name, listener)
+        if sub.times is not None and self.limited is not None:
+            self.limited(sub, rec.id)
         self.add(rec, exc)
         return rec
 

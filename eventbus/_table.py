@@ -35,7 +35,7 @@ from ._patterns import compile_pattern, is_pattern, match_segments
 
 __all__ = ["SPENT_KEPT", "ListenerTable", "Plan", "check_max_listeners", "check_policy"]
 
-#: ``once``/``times`` listeners kept after their last call, for retries of their failures
+#: ``once``/``times`` listeners kept for retries of their failures, at most
 SPENT_KEPT = 1000
 
 
@@ -81,9 +81,17 @@ class ListenerTable:
         self._seq = itertools.count()
         self._plans: dict[type[Event], Plan] = {}
         self._watched: list[dict[Any, Any]] = [self._plans]
-        #: ``once``/``times`` listeners whose calls are all taken, by name (the latest
-        #: :data:`SPENT_KEPT`): their failed or dropped calls can still be retried
-        self._spent: collections.OrderedDict[str, Listener] = collections.OrderedDict()
+        #: told of each listener unsubscribed (caches holding listeners let go of it)
+        self._forgetters: list[Callable[[Listener], object]] = []
+        #: ``once``/``times`` listeners with failures recorded (failed, dropped, cut short
+        #: by shutdown), by name, with those records' ids: once its calls are all taken, such
+        #: a listener is still called by retries of those records. The latest
+        #: :data:`SPENT_KEPT`; one goes when its records are settled, when it is unsubscribed
+        #: with ``off()``, or when another listener is subscribed under its name. A listener
+        #: that never failed is never kept: its closure goes with its last call.
+        self._failed: collections.OrderedDict[str, tuple[Listener, set[str]]] = (
+            collections.OrderedDict()
+        )
 
     def __len__(self) -> int:
         return len(self._subs)
@@ -95,6 +103,10 @@ class ListenerTable:
         """Keep *cache* (keyed by event type: what plans became) in step with the plans: an
         entry goes when the subscriptions of its event type change."""
         self._watched.append(cache)
+
+    def on_forget(self, forget: Callable[[Listener], object]) -> None:
+        """Call *forget* with each listener unsubscribed (``off()``, or its last call taken)."""
+        self._forgetters.append(forget)
 
     def invalidate(self, pattern: str | None = None) -> None:
         """Drop the plans (and what they became) of the event types a subscription to
@@ -233,6 +245,7 @@ class ListenerTable:
         leaking = self._check_leak(pattern)
         self._subs.append(sub)
         self._names[lname] = sub
+        self._failed.pop(lname, None)  # a used-up listener of that name: never called again
         self.invalidate(pattern)
         self._per_pattern[pattern] += 1
         if leaking:
@@ -262,6 +275,7 @@ class ListenerTable:
                 sub.name == listener if isinstance(listener, str) else sub.fn == listener
             ):
                 self.remove(sub)
+                self.settled(sub)  # retired on purpose: its failures are not retried
                 return
         who = listener if isinstance(listener, str) else default_listener_name(listener)
         raise ListenerLookupError(f"no listener {who!r} is subscribed to {pattern!r}")
@@ -278,22 +292,48 @@ class ListenerTable:
         self._per_pattern[sub.pattern] -= 1
         if self._per_pattern[sub.pattern] <= self.max_listeners:
             self._warned.discard(sub.pattern)  # warn again if it grows past the limit again
+        for forget in self._forgetters:
+            forget(sub)
 
     def spend(self, sub: Listener) -> None:
-        """Unsubscribe *sub*, whose last call (``times=``) was just taken, keeping it for
-        retries of its calls (:meth:`get_spent`)."""
+        """Unsubscribe *sub*, whose last call (``times=``) was just taken (kept only if a
+        failure of it is recorded: see :meth:`failed`)."""
         self.remove(sub)
-        self._spent[sub.name] = sub
-        self._spent.move_to_end(sub.name)
-        while len(self._spent) > SPENT_KEPT:
-            self._spent.popitem(last=False)
+
+    def failed(self, sub: Listener, record_id: str) -> None:
+        """A failure of the ``once``/``times`` listener *sub* was recorded: keep it for the
+        retry of that record (:meth:`get_spent`), unless it was unsubscribed with calls left
+        (``off()``) or another listener has its name now."""
+        current = self._names.get(sub.name)
+        if current is not sub and (current is not None or sub.left):
+            return
+        kept = self._failed.get(sub.name)
+        if kept is None or kept[0] is not sub:
+            kept = self._failed[sub.name] = (sub, set())
+        kept[1].add(record_id)
+        self._failed.move_to_end(sub.name)
+        while len(self._failed) > SPENT_KEPT:
+            self._failed.popitem(last=False)
+
+    def settled(self, sub: Listener, record_id: str | None = None) -> None:
+        """The record *record_id* of *sub* will not be retried again (resolved, dead), or
+        none of them (``None``): let go of *sub* once nothing is left to retry."""
+        kept = self._failed.get(sub.name)
+        if kept is None or kept[0] is not sub:
+            return
+        if record_id is not None:
+            kept[1].discard(record_id)
+        if record_id is None or not kept[1]:
+            del self._failed[sub.name]
 
     def get(self, name: str) -> Listener | None:
         return self._names.get(name)
 
-    def get_spent(self, name: str) -> Listener | None:
-        """The listener of that name whose calls are all taken, if kept (see :meth:`spend`)."""
-        return self._spent.get(name)
+    def get_spent(self, name: str, record_id: str) -> Listener | None:
+        """The used-up listener of that name whose failure *record_id* is, if kept (see
+        :meth:`failed`): never another listener than the one that failed."""
+        kept = self._failed.get(name)
+        return kept[0] if kept is not None and record_id in kept[1] else None
 
     def taken(self, name: str) -> bool:
         """Whether a listener of this bus, in-process or durable, has that name."""

@@ -90,6 +90,65 @@ async def test_publisher_cancellation_reaches_every_listener_unrecorded(
     assert await store.query() == []
 
 
+@runners
+@pytest.mark.parametrize("options", [{"timeout": 5}, {"retries": 2}], ids=str)
+async def test_publisher_cancellation_of_a_wrapped_listener_is_neither_recorded_nor_retried(
+    bus: EventBus, store: MemoryFailureStore, count: int, options: dict[str, Any]
+) -> None:
+    """Regression test: on asyncio, with several listeners, the bus's own cancellation of a
+    listener with timeout= or retries= (the publisher was cancelled) was taken for the
+    listener's own: recorded as its failure, or retried while the publisher waited."""
+    calls: list[int] = []
+    all_started = anyio.Event()
+
+    def make(i: int) -> Callable[[Event], Awaitable[None]]:
+        async def waits(e: Event) -> None:
+            calls.append(i)
+            if len(calls) == count:
+                all_started.set()
+            await anyio.sleep_forever()
+
+        return waits
+
+    for i in range(count):
+        bus.on(OrderPaid, make(i), name=f"listener{i}", **options)
+    with anyio.fail_after(5), anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(bus.emit_async, PAID)
+            await all_started.wait()
+            scope.cancel()
+    assert scope.cancelled_caught
+    assert sorted(calls) == list(range(count))  # each called once: nothing retried
+    assert await store.query() == []
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("options", [{"timeout": 5}, {"retries": 2}], ids=str)
+async def test_a_publisher_cancelled_by_asyncio_timeout_waits_for_no_retry(
+    bus: EventBus, store: MemoryFailureStore, options: dict[str, Any]
+) -> None:
+    """The same, with the publisher's task cancelled by ``asyncio.timeout()`` (a plain
+    ``task.cancel()``, no anyio scope): the cancellation reaches it at once."""
+    import asyncio
+
+    calls: list[str] = []
+
+    async def slow(e: Event) -> None:
+        calls.append("slow")
+        await anyio.sleep_forever()
+
+    async def other(e: Event) -> None:
+        await anyio.sleep_forever()
+
+    bus.on(OrderPaid, slow, **options)
+    bus.on(OrderPaid, other)
+    with anyio.fail_after(5), pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):
+            await bus.emit_async(PAID)
+    assert calls == ["slow"]
+    assert await store.query() == []
+
+
 async def test_a_base_exception_cancels_the_sibling_listeners(
     bus: EventBus, store: MemoryFailureStore
 ) -> None:

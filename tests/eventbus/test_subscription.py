@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import gc
+import logging
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -153,6 +156,81 @@ async def test_once_in_emit_async(bus: EventBus, rec: Recorder) -> None:
     assert out.value == "first"
     assert await bus.emit_async(PAID) == []
     assert rec.tags == ["first"]
+
+
+class Request:
+    """State a listener per request closes over (what must not outlive the request)."""
+
+
+def listener_of(request: Request, fail: bool = False) -> Callable[[Event], Any]:
+    def reply(e: Event) -> None:
+        assert request is not None
+        if fail:
+            raise ValueError("reply failed")
+
+    return reply
+
+
+def alive_after_gc(ref: weakref.ref[Request]) -> bool:
+    gc.collect()
+    return ref() is not None
+
+
+@pytest.mark.parametrize("others", [0, 2], ids=["alone", "among-others"])
+@pytest.mark.parametrize("times", [1, 2])
+async def test_a_used_up_listener_whose_calls_succeeded_is_not_kept(
+    bus: EventBus, others: int, times: int
+) -> None:
+    """Regression test: the bus kept the latest 1,000 used-up once/times listeners (for
+    retries of their failures) even when nothing failed, with all their closures held."""
+    for i in range(others):
+        bus.on(OrderPaid, lambda e: None, name=f"other{i}")
+    request = Request()
+    ref = weakref.ref(request)
+    bus.on(OrderPaid, listener_of(request), name="reply", times=times)
+    del request
+    for _ in range(times):
+        bus.emit(PAID)
+    await bus.emit_async(PAID)  # another plan compiled and run, without it
+    assert bus.listener("reply") is None
+    assert not alive_after_gc(ref)
+
+
+async def test_a_used_up_listener_whose_call_failed_is_kept_for_its_retry(
+    bus: EventBus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pytest's log capture would keep the failures' tracebacks, and the frames in them
+    monkeypatch.setattr(logging.getLogger("eventbus"), "propagate", False)
+    monkeypatch.setattr(logging.getLogger("eventbus"), "disabled", True)
+    request = Request()
+    ref = weakref.ref(request)
+    bus.once(OrderPaid, listener_of(request, fail=True), name="reply")
+    del request
+    bus.emit(PAID)
+    assert alive_after_gc(ref)  # its failure can be retried
+    async with bus:
+        assert (await bus.retry_failures()).failed == 1
+        assert alive_after_gc(ref)  # still pending
+        await bus.retry_failures(max_attempts=1)  # dead now: nothing left to retry
+    assert not alive_after_gc(ref)
+
+
+@pytest.mark.parametrize("others", [0, 2], ids=["alone", "among-others"])
+def test_an_unsubscribed_listener_is_not_kept(bus: EventBus, others: int) -> None:
+    """Regression test: the functions of recent plans (kept for a plan that comes back) held
+    every listener of those plans, unsubscribed ones too, with their closures."""
+    for i in range(others):
+        bus.on(OrderPaid, lambda e: None, name=f"other{i}")
+    request = Request()
+    ref = weakref.ref(request)
+    with bus.subscribed(OrderPaid, listener_of(request), name="reply"):
+        bus.emit(PAID)
+    bus.on(OrderPaid, listener_of(Request()), name="another")
+    bus.emit(PAID)
+    bus.off(OrderPaid, "another")
+    bus.emit(PAID)
+    del request
+    assert not alive_after_gc(ref)
 
 
 def test_listeners_in_subscription_order_across_exact_and_wildcards(bus: EventBus) -> None:

@@ -9,7 +9,7 @@ import json
 import logging
 import re
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -382,6 +382,73 @@ def test_a_bus_that_is_not_running_takes_emits_from_many_threads_at_once() -> No
     bus.emit(OrderPaid(order_id=1, user_id=0))
     assert outer[1][1:] == (1, None) and inner[1][:2] == (2, outer[1][0])
     assert current_emission() is None
+
+
+def test_a_trace_function_lets_no_other_thread_between_the_check_and_the_take() -> None:
+    """Regression test: a trace function in Python (pdb, coverage's PyTracer) runs between
+    lines, and so lets other threads run there. Checking the fast-path slot and taking it were
+    two lines: another thread's emit took the slot in between, and both held it (each one's
+    listener could see the other's event). Here the tracer makes that switch happen for sure,
+    at the line event before the take, and the other thread's listener holds the slot while
+    this thread goes on."""
+    import linecache
+    import sys
+    from types import FrameType
+
+    if TYPE_CHECKING:
+        from _typeshed import TraceFunction
+
+    bus = EventBus(reg, MemoryFailureStore())
+    mine, theirs = OrderPaid(order_id=1, user_id=1), OrderPaid(order_id=2, user_id=2)
+    seen: dict[str, object] = {}
+    holds, release, done = threading.Event(), threading.Event(), threading.Event()
+
+    def listener(e: OrderPaid) -> None:
+        if e is theirs:  # the other thread: hold the slot until this thread's listener ran
+            holds.set()
+            release.wait(5)
+            em = current_emission()
+            seen["theirs"] = em and em.event
+        elif e is mine:
+            em = current_emission()
+            seen["mine"] = em and em.event
+            release.set()
+            done.wait(5)  # the other thread's listener looks while this emit is in progress
+
+    def other_thread() -> None:
+        try:
+            bus.emit(theirs)
+        finally:
+            done.set()
+
+    bus.on(OrderPaid, listener)
+    bus.emit(OrderPaid(order_id=0, user_id=0))  # compiled: the next emits take the fast path
+    other = threading.Thread(target=other_thread)
+    code = EventBus.emit.__code__
+
+    def in_emit(frame: FrameType, event: str, arg: object) -> TraceFunction:
+        line = linecache.getline(code.co_filename, frame.f_lineno)
+        if event == "line" and not holds.is_set() and "nesting.top = event" in line:
+            if bus._nesting.top is None:  # the slot is free: the other thread takes it now
+                other.start()
+                holds.wait(5)
+        return in_emit
+
+    def tracer(frame: FrameType, event: str, arg: object) -> TraceFunction | None:
+        return in_emit if frame.f_code is code else None
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        bus.emit(mine)
+    finally:
+        sys.settrace(previous)
+        release.set()
+        if other.ident is not None:
+            other.join(5)
+    assert other.ident is not None and not other.is_alive()  # the switch did happen
+    assert seen == {"mine": mine, "theirs": theirs}
+    assert bus._nesting.top is None  # at rest again
 
 
 # -- emit_threadsafe() while the loop ends: an error, never a hang --------------------------

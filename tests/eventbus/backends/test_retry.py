@@ -6,6 +6,7 @@ suite (``test_failure_stores.py``), on every store."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -258,3 +259,46 @@ async def test_a_listener_subscribed_again_under_the_name_is_the_one_retried(
             bus.on(UserRegistered, second, name="welcome")
             assert (await bus.retry_failures()).resolved == 1
     assert (len(first.seen), len(second.seen)) == (1, 1)
+
+
+async def test_a_used_up_listener_never_answers_for_another_listeners_failure(
+    db_url: str,
+) -> None:
+    """Regression test: a once listener that had run fine was kept under its name, and the
+    failure of a later listener of that name (since unsubscribed) was retried by calling it:
+    the row was marked resolved by a function that never failed."""
+    bus = sql_bus(db_url)
+    first, second = Flaky(), Flaky()
+    first.failing = False
+    bus.on(UserRegistered, first, name="welcome", once=True)
+    with anyio.fail_after(5):
+        async with bus:
+            bus.emit(UserRegistered(user_id=1))  # runs fine, used up
+            bus.on(UserRegistered, second, name="welcome")
+            bus.emit(UserRegistered(user_id=2))  # fails
+            bus.off(UserRegistered, "welcome")
+            report = await bus.retry_failures()
+            [row] = await bus.failures.query()
+    assert (report.resolved, report.skipped) == (0, 1), report
+    assert row.status is FailureStatus.PENDING
+    assert (len(first.seen), len(second.seen)) == (1, 1)
+
+
+async def test_a_used_up_listener_is_retried_for_its_own_failures_only(db_url: str) -> None:
+    """A permanent 'welcome' failed and was unsubscribed; a once 'welcome' failed since: its
+    retry resolves its own row, and leaves the other listener's row alone."""
+    bus = sql_bus(db_url)
+    permanent, once = Flaky(), Flaky()
+    bus.on(UserRegistered, permanent, name="welcome")
+    with anyio.fail_after(5):
+        async with bus:
+            bus.emit(UserRegistered(user_id=1))
+            bus.off(UserRegistered, "welcome")
+            bus.once(UserRegistered, once, name="welcome")
+            bus.emit(UserRegistered(user_id=2))
+            once.failing = False
+            report = await bus.retry_failures()
+            rows = {json.loads(r.payload)["user_id"]: r.status for r in await bus.failures.query()}
+    assert (report.resolved, report.skipped) == (1, 1), report
+    assert rows == {1: FailureStatus.PENDING, 2: FailureStatus.RESOLVED}
+    assert (len(permanent.seen), len(once.seen)) == (1, 2)
