@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -222,6 +222,20 @@ def add_missing_columns(conn: sa.Connection, table: sa.Table) -> list[str]:
     return added
 
 
+def _lacks_any(conn: sa.Connection, tables: Sequence[sa.Table]) -> bool:
+    """Whether any of *tables*, or a column or named index of one, is missing."""
+    inspector = sa.inspect(conn)
+    for table in tables:
+        if not inspector.has_table(table.name, schema=table.schema):
+            return True
+        if missing_columns(conn, table):
+            return True
+        present = {i["name"] for i in inspector.get_indexes(table.name, schema=table.schema)}
+        if any(not isinstance(i.name, str) or i.name not in present for i in table.indexes):
+            return True
+    return False
+
+
 #: How many times :func:`migrate_tables` tries before the database's error is raised.
 MIGRATE_ATTEMPTS = 5
 
@@ -230,7 +244,8 @@ async def migrate_tables(
     engine: AsyncEngine, tables: Iterable[sa.Table], *, attempts: int = MIGRATE_ATTEMPTS
 ) -> list[str]:
     """Create each of *tables* that does not exist, and add to existing ones the columns and
-    indexes they lack (:func:`add_missing_columns`), in one transaction.
+    indexes they lack (:func:`add_missing_columns`), in one transaction (on SQLite, one that
+    holds the write lock, taken only when something is missing).
 
     Processes starting together on one database (replicas of a new version, on a new database
     or on the older version's tables) race to create the same tables, columns and indexes:
@@ -255,6 +270,14 @@ async def migrate_tables(
         try:
             added: list[str] = []
             async with engine.begin() as conn:
+                if conn.dialect.name == "sqlite":
+                    # pysqlite opens no transaction for DDL: each statement would commit
+                    # alone, and a replica losing a race halfway would not report what it
+                    # added. Take the write lock first (replicas migrate in turn), but only
+                    # when something is missing: a start never waits for the writers.
+                    if not await conn.run_sync(_lacks_any, tables):
+                        return []
+                    await conn.exec_driver_sql("BEGIN IMMEDIATE")
                 for table in tables:
                     names = await conn.run_sync(add_missing_columns, table)
                     added += [f"{table.name}.{name}" for name in names]

@@ -9,6 +9,7 @@ The stores' own tests cover their tables: ``tests/eventbus/test_failure_chain.py
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -121,6 +122,40 @@ async def test_replicas_migrating_at_once_all_succeed(old_engine: AsyncEngine, u
     assert len(results) == 4 and ["notes.author", "notes.pinned"] in results
     assert all(added in ([], ["notes.author", "notes.pinned"]) for added in results)
     assert {"author", "pinned", "ix_notes_author"} <= (await schema(old_engine))["notes"]
+
+
+async def test_a_sqlite_migration_holds_the_write_lock_and_reports_all_it_added(
+    tmp_path: Path,
+) -> None:
+    """Regression test: pysqlite ran each ALTER in a transaction of its own, so another
+    replica could add a column while we added ours; ours then failed on the duplicate, and
+    its next attempt reported nothing, though it had added the first (the race test above
+    failed 5 times in 32 under load, no replica reporting 'notes.author')."""
+    path = tmp_path / "notes.db"
+    old = make_engine(f"sqlite+aiosqlite:///{path}")
+    async with old.begin() as conn:
+        await conn.run_sync(OLD.create_all)
+    await old.dispose()
+    engine = make_engine(f"sqlite+aiosqlite:///{path}")
+    interloper: list[str] = []
+
+    def between_our_alters(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        if "ADD COLUMN" in statement and not interloper:  # before our first ALTER
+            other = sqlite3.connect(path, timeout=0)  # another replica, not waiting
+            try:
+                other.execute("ALTER TABLE notes ADD COLUMN pinned BOOLEAN")
+                interloper.append("added pinned")
+            except sqlite3.OperationalError as exc:
+                interloper.append(str(exc))
+            finally:
+                other.close()
+
+    sa.event.listen(engine.sync_engine, "before_cursor_execute", between_our_alters)
+    try:
+        assert await migrate_tables(engine, NEW.sorted_tables) == ["notes.author", "notes.pinned"]
+    finally:
+        await engine.dispose()
+    assert interloper == ["database is locked"]
 
 
 async def test_replicas_starting_together_on_a_new_database_all_get_the_tables(
