@@ -45,6 +45,8 @@ MAX_BACKOFF = 5.0
 CAP_ALARM_INTERVAL = 60.0
 #: what a batch may fail with: its rows are given back, the relay backs off and goes on
 RETRIED: tuple[type[Exception], ...] = (*REDIS_ERRORS, SQLAlchemyError, OSError)
+#: the longest a stop that left rows waits to count them (for its log line)
+LEFT_COUNT_PATIENCE = 2.0
 #: the share of its lease after which a claim adds nothing (the rest is a margin for clocks)
 LEASE_SPENT = 0.8
 
@@ -67,6 +69,11 @@ class Relay:
         self._capped_at: dict[str, float] = {}
         self._stopping = False
         self._done: anyio.Event | None = None
+        #: monotonic time at which the rows this relay gave back after a failure are
+        #: claimable again (a drain at stop waits for them)
+        self._held_back_until = 0.0
+        #: the last failure of a batch, for the line a stop logs if rows are left
+        self._last_error: str | None = None
         self._conn: AsyncConnection | None = None
         #: (name, event id) of rows marked published whose publish keys are not shortened yet
         self._to_settle: list[tuple[str, str]] = []
@@ -81,6 +88,7 @@ class Relay:
     async def run(self) -> None:
         """Publish until cancelled or stopped; errors are logged and retried with backoff."""
         self._done = anyio.Event()
+        self._stopping = False
         try:
             await self._loop()
         finally:
@@ -88,24 +96,49 @@ class Relay:
                 await self.aclose()
             self._done.set()
 
-    async def stop(self) -> None:
-        """Finish: publish what is left (the caller bounds the wait), then return."""
+    async def stop(self, grace: float) -> None:
+        """Drain, then return: publish every row committed before this call, for at most
+        *grace* seconds. What is left is logged with its count; it stays in the outbox for
+        the next relay (the loop is cancelled by the caller)."""
         self._stopping = True
         self.wake()
-        if self._done is not None:
-            await self._done.wait()
+        done = self._done
+        if done is None:
+            return
+        with anyio.move_on_after(grace):
+            await done.wait()
+        if not done.is_set():
+            await self._log_left(grace)
+
+    async def _log_left(self, grace: float) -> None:
+        count = "an unknown number of"
+        with anyio.move_on_after(LEFT_COUNT_PATIENCE):
+            try:
+                count = str((await self.rt.outbox.backlog(self.rt.engine)).count)
+            except SQLAlchemyError:
+                pass
+        logger.warning(
+            "relay: stopped after shutdown_grace=%s s with %s rows unpublished in the outbox "
+            "(%s); the next relay to run publishes them",
+            grace,
+            count,
+            self._last_error or "publishing was still under way",
+        )
 
     async def _loop(self) -> None:
         opts = self.rt.options
         while True:
             self._wakeup = anyio.Event()  # before the claim: a wake during it is not lost
+            # A claim that starts after stop() sees every row this process committed before
+            # it (the wake comes after the commit): the drain ends with such a claim.
+            draining = self._stopping
+            started = time.monotonic()
             try:
                 claimed = await self.publish_batch()
             except RETRIED as exc:
-                if self._stopping:
-                    return
                 self.counters.errors += 1
                 self._backoff = min(max(self._backoff * 2, 0.05), MAX_BACKOFF)
+                self._last_error = f"{type(exc).__name__}: {safe_str(exc)}"
                 self.rt.log(
                     logging.WARNING,
                     ("relay", type(exc)),
@@ -113,15 +146,22 @@ class Relay:
                     safe_str(exc),
                     self._backoff,
                 )
-                await self._update_backlog()
+                if not self._stopping:  # stopping: the drain goes on within the grace
+                    await self._update_backlog()
                 await anyio.sleep(self._backoff)
                 continue
             self._backoff = 0.0
+            self._last_error = None
             if claimed >= opts.relay_batch:
                 await self._update_backlog()  # once a second: saturated is when it matters
                 await checkpoint()
                 continue
             if self._stopping:
+                if not draining or started < self._held_back_until:
+                    # the claim began before the stop, or before rows this relay gave back
+                    # after a failure became claimable again: claim once more
+                    await anyio.sleep(max(0.0, self._held_back_until - time.monotonic()))
+                    continue
                 await self._settle()
                 return
             await self._maintain()
@@ -179,7 +219,9 @@ class Relay:
         try:
             stream_ids, refused = await self._add(rows, int(deadline.timestamp() * 1000))
         except REDIS_ERRORS as exc:
-            retry_at = utcnow() + timedelta(seconds=min(max(self._backoff * 2, 0.05), 5.0))
+            delay = min(max(self._backoff * 2, 0.05), MAX_BACKOFF)
+            retry_at = utcnow() + timedelta(seconds=delay)
+            self._held_back_until = time.monotonic() + delay
             await rt.outbox.release(
                 db,
                 token=token,
