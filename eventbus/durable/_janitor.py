@@ -29,11 +29,10 @@ import logging
 from collections.abc import Iterable, Sequence
 
 import anyio
-from sqlalchemy.exc import SQLAlchemyError
 
 from .._failures import safe_str
 from ._group import Group
-from ._runtime import REDIS_ERRORS, Runtime, logger, utcnow
+from ._runtime import DB_ERRORS, REDIS_ERRORS, Runtime, logger, utcnow
 from ._stats import JanitorStatistics
 
 __all__ = ["Janitor"]
@@ -69,7 +68,7 @@ class Janitor:
                 await rt.inbox.purge(
                     rt.engine, before=utcnow() - opts.retention, batch=opts.purge_batch
                 )
-            except SQLAlchemyError as exc:
+            except DB_ERRORS as exc:
                 rt.log(logging.WARNING, "purge", "inbox purge failed (%s)", safe_str(exc))
 
     async def sweep(self, events: Iterable[str] | None = None, *, force: bool = False) -> int:

@@ -24,14 +24,13 @@ from datetime import timedelta
 import anyio
 from anyio.lowlevel import checkpoint
 from redis.exceptions import RedisError
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .._failures import safe_str
 from ._envelope import VERSION
 from ._events import StreamCapped
 from ._outbox import ClaimedRow
-from ._runtime import REDIS_ERRORS, Runtime, logger, utcnow
+from ._runtime import DB_ERRORS, REDIS_ERRORS, Runtime, logger, utcnow
 from ._scripts import ScriptCall, run_scripts
 from ._stats import RelayCounters
 
@@ -44,7 +43,7 @@ MAX_BACKOFF = 5.0
 #: seconds between two cap alarms of one stream
 CAP_ALARM_INTERVAL = 60.0
 #: what a batch may fail with: its rows are given back, the relay backs off and goes on
-RETRIED: tuple[type[Exception], ...] = (*REDIS_ERRORS, SQLAlchemyError, OSError)
+RETRIED: tuple[type[Exception], ...] = (*REDIS_ERRORS, *DB_ERRORS)
 #: the longest a stop that left rows waits to count them (for its log line)
 LEFT_COUNT_PATIENCE = 2.0
 #: the share of its lease after which a claim adds nothing (the rest is a margin for clocks)
@@ -115,7 +114,7 @@ class Relay:
         with anyio.move_on_after(LEFT_COUNT_PATIENCE):
             try:
                 count = str((await self.rt.outbox.backlog(self.rt.engine)).count)
-            except SQLAlchemyError:
+            except DB_ERRORS:
                 pass
         logger.warning(
             "relay: stopped after shutdown_grace=%s s with %s rows unpublished in the outbox "
@@ -200,7 +199,7 @@ class Relay:
             rows = await rt.outbox.claim(
                 db, token=token, limit=opts.relay_batch, lease=opts.lease, now=claimed_at
             )
-        except SQLAlchemyError:
+        except DB_ERRORS:
             await self.aclose()
             raise
         if not rows:
@@ -236,7 +235,7 @@ class Relay:
         if stream_ids:
             try:
                 marked = await rt.outbox.mark(db, token=token, stream_ids=stream_ids, now=utcnow())
-            except SQLAlchemyError:
+            except DB_ERRORS:
                 await self.aclose()
                 raise
             await rt.fault("marked")
@@ -289,7 +288,7 @@ class Relay:
             await rt.outbox.release(
                 db, token=token, ids=ids, error="lease spent before publishing", retry_at=utcnow()
             )
-        except SQLAlchemyError:  # they come back when their lease ends
+        except DB_ERRORS:  # they come back when their lease ends
             await self.aclose()
 
     async def _add(
@@ -393,7 +392,7 @@ class Relay:
             self.counters.purged += await rt.outbox.purge(
                 rt.engine, before=before, batch=opts.purge_batch
             )
-        except SQLAlchemyError as exc:
+        except DB_ERRORS as exc:
             rt.log(logging.WARNING, "purge", "relay: purge failed (%s)", safe_str(exc))
 
     async def _update_backlog(self) -> None:
@@ -402,7 +401,7 @@ class Relay:
         self._next_backlog = time.monotonic() + BACKLOG_INTERVAL
         try:
             backlog = await self.rt.outbox.backlog(self.rt.engine)
-        except SQLAlchemyError as exc:
+        except DB_ERRORS as exc:
             self.rt.log(
                 logging.WARNING,
                 "backlog",

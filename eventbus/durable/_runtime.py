@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .._events import Event, EventRegistry
@@ -22,7 +23,7 @@ from ._options import DurableOptions
 from ._outbox import Outbox
 from ._scripts import Scripts
 
-__all__ = ["REDIS_ERRORS", "AnyRedis", "Fault", "Runtime", "logger", "utcnow"]
+__all__ = ["DB_ERRORS", "REDIS_ERRORS", "AnyRedis", "Fault", "Runtime", "logger", "utcnow"]
 
 logger = logging.getLogger("eventbus.durable")
 
@@ -32,6 +33,12 @@ AnyRedis = Redis | RedisCluster
 #: What a Redis call may raise, cancellation aside. RedisClusterException (a slot without a
 #: node during a failover, a command the cluster client refuses) is not a RedisError.
 REDIS_ERRORS: tuple[type[Exception], ...] = (RedisError, RedisClusterException)
+
+#: What a database call may raise while the database is unreachable or going away:
+#: SQLAlchemy's errors, and the socket's own. asyncpg's connect raises the OSError it got
+#: (ConnectionRefusedError while PostgreSQL is down) without SQLAlchemy wrapping it; a
+#: bounded wait that ran out raises TimeoutError, an OSError too.
+DB_ERRORS: tuple[type[Exception], ...] = (SQLAlchemyError, OSError)
 
 #: A test's hook at a named point of the relay or a consumer (fault injection); awaited there.
 Fault = Callable[[str], Awaitable[None]]

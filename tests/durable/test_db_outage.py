@@ -1,0 +1,125 @@
+"""A PostgreSQL outage under real processes: the database stopped (``pg_ctl stop -m fast``,
+every session ended) or paused (SIGSTOP of the server and its backends: nothing answers),
+then back. A publisher and a consumer whose listener takes ``tx``, on one PostgreSQL holding
+the outbox, the inbox, the failure table and the listener's table.
+
+The PostgreSQL here is the test's own (it is stopped), not the session's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+
+import anyio
+import pytest
+import sqlalchemy as sa
+from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from eventbus import FailureStatus
+from eventbus.backends.sql import SqlFailureStore, make_engine
+from eventbus.durable._tables import outbox
+from tests.durable.conftest import App, effect_rows, wait_until
+from tests.durable.events import effects
+from tests.postgres_server import PostgresNotInstalled, PostgresServer
+
+pytestmark = pytest.mark.slow
+
+Apps = Callable[..., Awaitable[App]]
+STREAM = "eventbus:evt:{order.paid}"
+#: long enough for every call in flight and every retry of the issue's setup to fail
+OUTAGE = 8.0
+#: what "a few seconds" after the database is back may take: retries, reclaims, reconnects
+AFTER = 25.0
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[PostgresServer]:
+    try:
+        server = PostgresServer()
+    except PostgresNotInstalled as exc:
+        pytest.skip(str(exc))
+    with server:
+        yield server
+
+
+async def _settled(engine: AsyncEngine, url: str, seen: dict[str, list[str]]) -> bool:
+    """Every event published has its effect, or its dead row; ``seen`` keeps what was found."""
+    try:
+        async with engine.connect() as conn:
+            published = set((await conn.execute(sa.select(outbox.c.event_id))).scalars())
+        done = [r.event_id for r in await effect_rows(engine)]
+        store = SqlFailureStore(url, create_table=False)
+        try:
+            dead = [r.event_id for r in await store.query(status=FailureStatus.DEAD, limit=None)]
+        except sa.exc.ProgrammingError:  # no failure yet: the table is made with the first
+            dead = []
+        finally:
+            await store.aclose()
+    except (sa.exc.SQLAlchemyError, OSError):  # the database is still coming back
+        return False
+    seen.update(published=sorted(published), done=done, dead=dead)
+    return len(published) == 200 and set(done) | set(dead) == published
+
+
+@pytest.mark.parametrize("outage", ["stopped", "paused"])
+async def test_a_consumer_and_a_relay_go_on_after_a_postgresql_outage(
+    apps: Apps, own_postgres: PostgresServer, client: Redis, outage: str
+) -> None:
+    """Regression test (the stuck consumer): during a 15 s fast shutdown of PostgreSQL, the
+    relay's backlog count failed with asyncpg's unwrapped ``ConnectionRefusedError``, which
+    ended the transport's task group: the consumer process lived on (its stdin thread), called
+    no listener and reclaimed nothing, its entries pending for ever."""
+    url = own_postgres.url()
+    common = ("--max-deliveries", "3", "--visibility", "2", "--retry-backoff", "0.3")
+    consumer = await apps("--consumer", "c1", "--listener", "grant=slow:0.1", *common, db=url)
+    publisher = await apps("--consumer", "p1", "--publish", "200", *common, db=url)
+    engine = make_engine(url)
+    seen: dict[str, list[str]] = {}
+    try:
+        await wait_until(lambda: _effects(engine, 30), what="the first effects", within=30)
+        if outage == "stopped":
+            await anyio.to_thread.run_sync(own_postgres.shutdown)
+        else:
+            own_postgres.pause()
+        try:
+            await anyio.sleep(OUTAGE)  # the outage itself: nothing to wait for
+        finally:
+            if outage == "stopped":
+                await anyio.to_thread.run_sync(own_postgres.launch)
+            else:
+                own_postgres.resume()
+        back = time.monotonic()
+        await wait_until(
+            lambda: _settled(engine, url, seen), what="every event handled or dead", within=AFTER
+        )
+        settled_after = time.monotonic() - back
+        await wait_until(lambda: _nothing_pending(client), what="no entry pending", within=10)
+        stats = await consumer.stop()
+        await publisher.stop()
+    finally:
+        own_postgres.resume()
+        await engine.dispose()
+    done = Counter(seen["done"])
+    assert set(done.values()) == {1}  # no effect twice
+    assert not set(done) & set(seen["dead"])
+    assert stats["running"] is False and stats["groups"][0]["delivered"] >= 200
+    if outage == "paused":  # nothing failed: every call waited for the database
+        assert seen["dead"] == [] and len(done) == 200
+    assert settled_after < AFTER
+
+
+async def _effects(engine: AsyncEngine, n: int) -> bool:
+    try:
+        async with engine.connect() as conn:
+            count = (await conn.execute(sa.select(sa.func.count()).select_from(effects))).scalar()
+    except sa.exc.SQLAlchemyError:  # the consumer has not made the table yet
+        return False
+    return int(count or 0) >= n
+
+
+async def _nothing_pending(client: Redis) -> bool:
+    summary = await client.xpending(STREAM, "svc:grant")
+    return int(summary["pending"]) == 0
