@@ -306,14 +306,15 @@ async def _store(
     written: the dead letter and the acknowledgement come after it."""
     rt = group.rt
     try:
-        old = await rt.failures.get(rec.id) if previous else None
-        if old is not None:
-            await rt.failures.update(
-                rec.replace(
-                    attempts=old.attempts + rec.attempts, first_failed_at=old.first_failed_at
+        with anyio.fail_after(rt.options.db_timeout):  # a database gone silent: logged below
+            old = await rt.failures.get(rec.id) if previous else None
+            if old is not None:
+                await rt.failures.update(
+                    rec.replace(
+                        attempts=old.attempts + rec.attempts, first_failed_at=old.first_failed_at
+                    )
                 )
-            )
-        else:
+        if old is None:
             rt.record_failure(rec, exc)
         with anyio.move_on_after(rt.options.visibility / 2):
             await rt.failures.flush()
@@ -325,10 +326,13 @@ async def _resolve(group: Group, dead: DeadInfo, env: Envelope) -> None:
     """A redelivered dead event succeeded: its failure row becomes ``resolved``."""
     rt = group.rt
     try:
-        old = await rt.failures.get(dead.failure_id)
-        if old is None or old.status is FailureStatus.RESOLVED:
-            return
-        await rt.failures.update(old.replace(status=FailureStatus.RESOLVED, resolved_at=utcnow()))
+        with anyio.fail_after(rt.options.db_timeout):
+            old = await rt.failures.get(dead.failure_id)
+            if old is None or old.status is FailureStatus.RESOLVED:
+                return
+            await rt.failures.update(
+                old.replace(status=FailureStatus.RESOLVED, resolved_at=utcnow())
+            )
     except Exception as exc:
         logger.warning(
             "event %s succeeded on redelivery but its failure row %s could not be resolved: %s",

@@ -64,10 +64,11 @@ class Janitor:
             await anyio.sleep(opts.purge_interval)
             if not any(g.listener.takes_tx for g in self.groups):
                 continue
-            try:
-                await rt.inbox.purge(
-                    rt.engine, before=utcnow() - opts.retention, batch=opts.purge_batch
-                )
+            try:  # cut short, it goes on next time: each batch commits on its own
+                with anyio.fail_after(opts.db_timeout):
+                    await rt.inbox.purge(
+                        rt.engine, before=utcnow() - opts.retention, batch=opts.purge_batch
+                    )
             except DB_ERRORS as exc:
                 rt.log(logging.WARNING, "purge", "inbox purge failed (%s)", safe_str(exc))
 

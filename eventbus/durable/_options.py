@@ -32,6 +32,11 @@ class DurableOptions:
     call_timeout: float | None = None
     #: longest wait of one blocking read (``XREADGROUP BLOCK``); below the client's timeout
     block: float = 2.0
+    #: the longest the transport's own statements (the relay's, the inbox purge, failure
+    #: rows) wait on the database: past it the wait counts as an outage (retried, with
+    #: backoff), so that a connection that went silent cannot stop a relay or a consumer.
+    #: A listener's own transaction is bounded by ``call_timeout``
+    db_timeout: float = 10.0
     #: how long ``aclose()`` lets running listener calls finish before cancelling them
     shutdown_grace: float = 10.0
     #: run a relay in this process (every process may; they share the work)
@@ -64,8 +69,8 @@ class DurableOptions:
 
     def __post_init__(self) -> None:
         problems = []
-        if self.visibility <= 0 or self.lease <= 0 or self.block <= 0:
-            problems.append("visibility, lease and block must be > 0")
+        if self.visibility <= 0 or self.lease <= 0 or self.block <= 0 or self.db_timeout <= 0:
+            problems.append("visibility, lease, block and db_timeout must be > 0")
         if self.max_deliveries < 1 or self.concurrency < 1 or self.relay_batch < 1:
             problems.append("max_deliveries, concurrency and relay_batch must be >= 1")
         if not 0 < self.retry_backoff <= self.visibility:

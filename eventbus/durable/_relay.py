@@ -182,7 +182,8 @@ class Relay:
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
-                await conn.close()
+                with anyio.move_on_after(self.rt.options.db_timeout):
+                    await conn.close()
             except Exception:  # a broken connection: the pool discards it
                 pass
 
@@ -195,10 +196,11 @@ class Relay:
         token = f"{rt.consumer}:{next(self._claims)}"
         claimed_at = utcnow()
         try:
-            db = await self._db()
-            rows = await rt.outbox.claim(
-                db, token=token, limit=opts.relay_batch, lease=opts.lease, now=claimed_at
-            )
+            with anyio.fail_after(opts.db_timeout):
+                db = await self._db()
+                rows = await rt.outbox.claim(
+                    db, token=token, limit=opts.relay_batch, lease=opts.lease, now=claimed_at
+                )
         except DB_ERRORS:
             await self.aclose()
             raise
@@ -221,20 +223,24 @@ class Relay:
             delay = min(max(self._backoff * 2, 0.05), MAX_BACKOFF)
             retry_at = utcnow() + timedelta(seconds=delay)
             self._held_back_until = time.monotonic() + delay
-            await rt.outbox.release(
-                db,
-                token=token,
-                ids=[r.id for r in rows],
-                error=f"{type(exc).__name__}: {safe_str(exc)}",
-                retry_at=retry_at,
-            )
+            with anyio.fail_after(opts.db_timeout):
+                await rt.outbox.release(
+                    db,
+                    token=token,
+                    ids=[r.id for r in rows],
+                    error=f"{type(exc).__name__}: {safe_str(exc)}",
+                    retry_at=retry_at,
+                )
             raise
         if refused:
             await self._refused(db, token, refused, time.monotonic() - started)
         await rt.fault("published")
         if stream_ids:
             try:
-                marked = await rt.outbox.mark(db, token=token, stream_ids=stream_ids, now=utcnow())
+                with anyio.fail_after(opts.db_timeout):
+                    marked = await rt.outbox.mark(
+                        db, token=token, stream_ids=stream_ids, now=utcnow()
+                    )
             except DB_ERRORS:
                 await self.aclose()
                 raise
@@ -285,9 +291,14 @@ class Relay:
                 opts.lease,
             )
         try:
-            await rt.outbox.release(
-                db, token=token, ids=ids, error="lease spent before publishing", retry_at=utcnow()
-            )
+            with anyio.fail_after(opts.db_timeout):
+                await rt.outbox.release(
+                    db,
+                    token=token,
+                    ids=ids,
+                    error="lease spent before publishing",
+                    retry_at=utcnow(),
+                )
         except DB_ERRORS:  # they come back when their lease ends
             await self.aclose()
 
@@ -388,10 +399,11 @@ class Relay:
         rt, opts = self.rt, self.rt.options
         self._next_purge = time.monotonic() + opts.purge_interval
         before = utcnow() - opts.retention
-        try:
-            self.counters.purged += await rt.outbox.purge(
-                rt.engine, before=before, batch=opts.purge_batch
-            )
+        try:  # cut short, it goes on next time: each batch commits on its own
+            with anyio.fail_after(opts.db_timeout):
+                self.counters.purged += await rt.outbox.purge(
+                    rt.engine, before=before, batch=opts.purge_batch
+                )
         except DB_ERRORS as exc:
             rt.log(logging.WARNING, "purge", "relay: purge failed (%s)", safe_str(exc))
 
@@ -400,7 +412,8 @@ class Relay:
             return
         self._next_backlog = time.monotonic() + BACKLOG_INTERVAL
         try:
-            backlog = await self.rt.outbox.backlog(self.rt.engine)
+            with anyio.fail_after(self.rt.options.db_timeout):
+                backlog = await self.rt.outbox.backlog(self.rt.engine)
         except DB_ERRORS as exc:
             self.rt.log(
                 logging.WARNING,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 
 import anyio
 import pytest
@@ -20,9 +21,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from eventbus import FailureStatus
 from eventbus.backends.sql import SqlFailureStore, make_engine
+from eventbus.durable import RedisStreams, create_durable_tables
 from eventbus.durable._tables import outbox
-from tests.durable.conftest import App, effect_rows, wait_until
-from tests.durable.events import effects
+from tests.durable.conftest import FAST, App, Factory, effect_rows, wait_until
+from tests.durable.events import OrderPaid, effects
 from tests.postgres_server import PostgresNotInstalled, PostgresServer
 
 pytestmark = pytest.mark.slow
@@ -123,3 +125,37 @@ async def _effects(engine: AsyncEngine, n: int) -> bool:
 async def _nothing_pending(client: Redis) -> bool:
     summary = await client.xpending(STREAM, "svc:grant")
     return int(summary["pending"]) == 0
+
+
+async def test_a_relay_waits_on_a_silent_database_at_most_db_timeout(
+    make_streams: Factory, own_postgres: PostgresServer
+) -> None:
+    """Regression test: with PostgreSQL paused (its connections open, nothing answering, as
+    behind a dropped network path), the relay's claim waited for as long as the pause
+    lasted; now it gives up after ``db_timeout`` and retries, as for any outage."""
+    engine = make_engine(own_postgres.url())
+    await create_durable_tables(engine)
+    streams = make_streams(engine=engine, options=replace(FAST, db_timeout=0.5))
+    try:
+        async with streams:
+            await _publish(streams, engine, 1, 2, 3)
+            await wait_until(lambda: streams.statistics().relay.published == 3, what="3")
+            own_postgres.pause()
+            try:
+                await wait_until(
+                    lambda: streams.statistics().relay.errors >= 2,
+                    what="the relay's waits cut short",
+                    within=5,
+                )
+            finally:
+                own_postgres.resume()
+            await _publish(streams, engine, 4, 5, 6)
+            await wait_until(lambda: streams.statistics().relay.published == 6, what="6")
+    finally:
+        own_postgres.resume()
+        await engine.dispose()
+
+
+async def _publish(streams: RedisStreams, engine: AsyncEngine, *order_ids: int) -> None:
+    async with engine.begin() as conn:
+        await streams.publish_many([OrderPaid(order_id=i) for i in order_ids], conn)
