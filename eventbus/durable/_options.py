@@ -45,6 +45,10 @@ class DurableOptions:
     relay_batch: int = 500
     #: a relay's lease on the rows it claimed; another relay may retry them after it
     lease: float = 30.0
+    #: unpublished outbox rows past which the relay reports backpressure (``backlog_high``
+    #: in ``statistics()``, a ``durable.backlog-high`` event once per episode, which ends
+    #: with ``backlog-normal`` at half of it); no publish is refused. None: never
+    backlog_high: int | None = 10_000
     #: how often an idle relay looks for rows other processes committed
     poll_interval: float = 1.0
     #: how long a relay woken by a local commit waits for more commits to join its batch
@@ -88,6 +92,8 @@ class DurableOptions:
             problems.append("poll_interval, purge_interval and janitor_interval must be > 0")
         if self.shutdown_grace < 0 or self.trim_keep < 0 or self.relay_linger < 0:
             problems.append("shutdown_grace, trim_keep and relay_linger must be >= 0")
+        if self.backlog_high is not None and self.backlog_high < 1:
+            problems.append(f"backlog_high={self.backlog_high!r} must be None or >= 1")
         if self.consumer_idle <= 0:
             problems.append("consumer_idle must be > 0")
         if self.call_timeout is not None and self.call_timeout <= 0:

@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .._failures import safe_str
 from ._envelope import VERSION
-from ._events import StreamCapped
+from ._events import BacklogHigh, BacklogNormal, StreamCapped
 from ._outbox import ClaimedRow
 from ._runtime import DB_ERRORS, REDIS_ERRORS, Runtime, logger, utcnow
 from ._scripts import ScriptCall, run_scripts
@@ -66,6 +66,7 @@ class Relay:
         self._next_backlog = 0.0
         self._next_purge = time.monotonic() + rt.options.purge_interval
         self._capped_at: dict[str, float] = {}
+        self._high_since = 0.0  #: monotonic start of the backlog-high episode
         self._stopping = False
         self._done: anyio.Event | None = None
         #: monotonic time at which the rows this relay gave back after a failure are
@@ -424,6 +425,36 @@ class Relay:
             return
         self.counters.backlog = backlog.count
         self.counters.oldest_age = backlog.oldest_age(utcnow())
+        self._watch_backlog()
+
+    def _watch_backlog(self) -> None:
+        """Backpressure: one alarm when the backlog passes ``backlog_high``, one all-clear
+        when it is back to half of it (a backlog hovering at the bound raises no storm)."""
+        bound, c = self.rt.options.backlog_high, self.counters
+        if bound is None or c.backlog is None:
+            return
+        if not c.backlog_high and c.backlog > bound:
+            c.backlog_high = True
+            self._high_since = time.monotonic()
+            logger.warning(
+                "relay: %d rows wait in the outbox, past backlog_high=%d (the oldest for %s s): "
+                "publishers commit faster than the relays publish, or Redis is unreachable; "
+                "nothing is refused",
+                c.backlog,
+                bound,
+                "?" if c.oldest_age is None else f"{c.oldest_age:.1f}",
+            )
+            self.rt.notify(BacklogHigh(backlog=c.backlog, bound=bound, oldest_age=c.oldest_age))
+        elif c.backlog_high and c.backlog <= bound // 2:
+            c.backlog_high = False
+            seconds = time.monotonic() - self._high_since
+            logger.info(
+                "relay: the outbox backlog is back to %d rows after %.1f s past backlog_high=%d",
+                c.backlog,
+                seconds,
+                bound,
+            )
+            self.rt.notify(BacklogNormal(backlog=c.backlog, bound=bound, seconds=seconds))
 
 
 def _text(value: object) -> str:
