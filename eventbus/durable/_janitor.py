@@ -32,7 +32,7 @@ import anyio
 
 from .._failures import safe_str
 from ._group import Group
-from ._runtime import DB_ERRORS, REDIS_ERRORS, Runtime, logger, utcnow
+from ._runtime import DB_ERRORS, REDIS_ERRORS, Runtime, db_deadline, logger, utcnow
 from ._stats import JanitorStatistics
 
 __all__ = ["Janitor"]
@@ -65,7 +65,7 @@ class Janitor:
             if not any(g.listener.takes_tx for g in self.groups):
                 continue
             try:  # cut short, it goes on next time: each batch commits on its own
-                with anyio.fail_after(opts.db_timeout):
+                with db_deadline(opts.db_timeout):
                     await rt.inbox.purge(
                         rt.engine, before=utcnow() - opts.retention, batch=opts.purge_batch
                     )

@@ -32,10 +32,11 @@ class DurableOptions:
     call_timeout: float | None = None
     #: longest wait of one blocking read (``XREADGROUP BLOCK``); below the client's timeout
     block: float = 2.0
-    #: the longest the transport's own statements (the relay's, the inbox purge, failure
-    #: rows) wait on the database: past it the wait counts as an outage (retried, with
-    #: backoff), so that a connection that went silent cannot stop a relay or a consumer.
-    #: A listener's own transaction is bounded by ``call_timeout``
+    #: the longest the transport's own waits on the database last (the relay's statements,
+    #: purges, failure rows; a ``tx`` call's connection, inbox row and commit): past it the
+    #: wait counts as an outage (retried, with backoff), so that a connection that went
+    #: silent cannot stop a relay or a consumer. The listener's own statements are bounded
+    #: by ``call_timeout``
     db_timeout: float = 10.0
     #: how long ``aclose()`` lets running listener calls finish before cancelling them
     shutdown_grace: float = 10.0

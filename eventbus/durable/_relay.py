@@ -30,7 +30,7 @@ from .._failures import safe_str
 from ._envelope import VERSION
 from ._events import BacklogHigh, BacklogNormal, StreamCapped
 from ._outbox import ClaimedRow
-from ._runtime import DB_ERRORS, REDIS_ERRORS, Runtime, logger, utcnow
+from ._runtime import DB_ERRORS, REDIS_ERRORS, Runtime, db_deadline, logger, utcnow
 from ._scripts import ScriptCall, run_scripts
 from ._stats import RelayCounters
 
@@ -197,7 +197,7 @@ class Relay:
         token = f"{rt.consumer}:{next(self._claims)}"
         claimed_at = utcnow()
         try:
-            with anyio.fail_after(opts.db_timeout):
+            with db_deadline(opts.db_timeout):
                 db = await self._db()
                 rows = await rt.outbox.claim(
                     db, token=token, limit=opts.relay_batch, lease=opts.lease, now=claimed_at
@@ -224,7 +224,7 @@ class Relay:
             delay = min(max(self._backoff * 2, 0.05), MAX_BACKOFF)
             retry_at = utcnow() + timedelta(seconds=delay)
             self._held_back_until = time.monotonic() + delay
-            with anyio.fail_after(opts.db_timeout):
+            with db_deadline(opts.db_timeout):
                 await rt.outbox.release(
                     db,
                     token=token,
@@ -238,7 +238,7 @@ class Relay:
         await rt.fault("published")
         if stream_ids:
             try:
-                with anyio.fail_after(opts.db_timeout):
+                with db_deadline(opts.db_timeout):
                     marked = await rt.outbox.mark(
                         db, token=token, stream_ids=stream_ids, now=utcnow()
                     )
@@ -292,7 +292,7 @@ class Relay:
                 opts.lease,
             )
         try:
-            with anyio.fail_after(opts.db_timeout):
+            with db_deadline(opts.db_timeout):
                 await rt.outbox.release(
                     db,
                     token=token,
@@ -401,7 +401,7 @@ class Relay:
         self._next_purge = time.monotonic() + opts.purge_interval
         before = utcnow() - opts.retention
         try:  # cut short, it goes on next time: each batch commits on its own
-            with anyio.fail_after(opts.db_timeout):
+            with db_deadline(opts.db_timeout):
                 self.counters.purged += await rt.outbox.purge(
                     rt.engine, before=before, batch=opts.purge_batch
                 )
@@ -413,7 +413,7 @@ class Relay:
             return
         self._next_backlog = time.monotonic() + BACKLOG_INTERVAL
         try:
-            with anyio.fail_after(self.rt.options.db_timeout):
+            with db_deadline(self.rt.options.db_timeout):
                 backlog = await self.rt.outbox.backlog(self.rt.engine)
         except DB_ERRORS as exc:
             self.rt.log(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 
+import anyio
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
@@ -23,7 +25,16 @@ from ._options import DurableOptions
 from ._outbox import Outbox
 from ._scripts import Scripts
 
-__all__ = ["DB_ERRORS", "REDIS_ERRORS", "AnyRedis", "Fault", "Runtime", "logger", "utcnow"]
+__all__ = [
+    "DB_ERRORS",
+    "REDIS_ERRORS",
+    "AnyRedis",
+    "Fault",
+    "Runtime",
+    "db_deadline",
+    "logger",
+    "utcnow",
+]
 
 logger = logging.getLogger("eventbus.durable")
 
@@ -46,6 +57,17 @@ Fault = Callable[[str], Awaitable[None]]
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+@contextlib.contextmanager
+def db_deadline(seconds: float) -> Iterator[None]:
+    """Bound a wait on the database (``db_timeout``): a connection gone silent (a paused
+    server, a dropped network path) raises ``TimeoutError``, one of :data:`DB_ERRORS`, and is
+    handled as an outage, instead of stalling its caller for as long as it lasts."""
+    with anyio.CancelScope(deadline=anyio.current_time() + seconds) as scope:
+        yield
+    if scope.cancelled_caught:
+        raise TimeoutError(f"the database did not answer within db_timeout={seconds} s")
 
 
 async def _no_fault(_point: str) -> None:

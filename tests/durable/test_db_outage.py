@@ -17,14 +17,14 @@ import anyio
 import pytest
 import sqlalchemy as sa
 from redis.asyncio import Redis
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from eventbus import FailureStatus
 from eventbus.backends.sql import SqlFailureStore, make_engine
 from eventbus.durable import RedisStreams, create_durable_tables
 from eventbus.durable._tables import outbox
 from tests.durable.conftest import FAST, App, Factory, effect_rows, wait_until
-from tests.durable.events import OrderPaid, effects
+from tests.durable.events import OrderPaid, effects, test_metadata
 from tests.postgres_server import PostgresNotInstalled, PostgresServer
 
 pytestmark = pytest.mark.slow
@@ -159,3 +159,51 @@ async def test_a_relay_waits_on_a_silent_database_at_most_db_timeout(
 async def _publish(streams: RedisStreams, engine: AsyncEngine, *order_ids: int) -> None:
     async with engine.begin() as conn:
         await streams.publish_many([OrderPaid(order_id=i) for i in order_ids], conn)
+
+
+async def test_a_commit_on_a_silent_database_waits_at_most_db_timeout(
+    make_streams: Factory, own_postgres: PostgresServer
+) -> None:
+    """Regression test: a listener taking ``tx`` returned while PostgreSQL was paused; the
+    commit waited as long as the pause lasted, holding the call's slot and renewing its
+    lease. Now the commit gives up after ``db_timeout`` and the call is retried: one effect
+    once the database answers again (the first commit, sent before the pause, may land: the
+    retry then finds the inbox row)."""
+    engine = make_engine(own_postgres.url())
+    async with engine.begin() as conn:
+        await conn.run_sync(test_metadata.create_all)
+    await create_durable_tables(engine)
+    streams = make_streams(engine=engine, options=replace(FAST, db_timeout=0.5))
+    entered, paused = anyio.Event(), anyio.Event()
+
+    async def grant(e: OrderPaid, tx: AsyncConnection) -> None:
+        await tx.execute(effects.insert().values(listener="grant", event_id="", order_id=1))
+        entered.set()
+        await paused.wait()  # the database stops answering before the commit
+
+    streams.subscribe(OrderPaid, grant, name="grant")
+    try:
+        async with streams:
+            await _publish(streams, engine, 1)
+            with anyio.fail_after(10):
+                await entered.wait()
+            own_postgres.pause()
+            try:
+                paused.set()
+                await wait_until(
+                    lambda: streams.statistics().group("grant").failed == 1,
+                    what="the commit cut short",
+                    within=5,
+                )
+            finally:
+                own_postgres.resume()
+            await wait_until(lambda: _ended(streams), what="the retry")
+        assert [r.order_id for r in await effect_rows(engine)] == [1]
+    finally:
+        own_postgres.resume()
+        await engine.dispose()
+
+
+def _ended(streams: RedisStreams) -> bool:
+    group = streams.statistics().group("grant")
+    return group.succeeded + group.duplicates == 1
