@@ -8,6 +8,7 @@ The PostgreSQL here is the test's own (it is stopped), not the session's.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
@@ -32,19 +33,30 @@ pytestmark = pytest.mark.slow
 Apps = Callable[..., Awaitable[App]]
 STREAM = "eventbus:evt:{order.paid}"
 #: long enough for every call in flight and every retry of the issue's setup to fail
-OUTAGE = 8.0
+OUTAGE = 4.0
 #: what "a few seconds" after the database is back may take: retries, reclaims, reconnects
 AFTER = 25.0
 
+_DATABASES = itertools.count(1)
 
-@pytest.fixture
+
+@pytest.fixture(scope="module")
 def own_postgres() -> Iterator[PostgresServer]:
+    """This module's own server (its tests stop and pause it); each test restores it."""
     try:
         server = PostgresServer()
     except PostgresNotInstalled as exc:
         pytest.skip(str(exc))
     with server:
         yield server
+
+
+@pytest.fixture
+def pg_url(own_postgres: PostgresServer) -> str:
+    """A new database on the module's server, for one test."""
+    name = f"test_{next(_DATABASES)}"
+    own_postgres.execute(f'CREATE DATABASE "{name}"')
+    return own_postgres.url(name)
 
 
 async def _settled(engine: AsyncEngine, url: str, seen: dict[str, list[str]]) -> bool:
@@ -68,13 +80,13 @@ async def _settled(engine: AsyncEngine, url: str, seen: dict[str, list[str]]) ->
 
 @pytest.mark.parametrize("outage", ["stopped", "paused"])
 async def test_a_consumer_and_a_relay_go_on_after_a_postgresql_outage(
-    apps: Apps, own_postgres: PostgresServer, client: Redis, outage: str
+    apps: Apps, own_postgres: PostgresServer, pg_url: str, client: Redis, outage: str
 ) -> None:
     """Regression test (the stuck consumer): during a 15 s fast shutdown of PostgreSQL, the
     relay's backlog count failed with asyncpg's unwrapped ``ConnectionRefusedError``, which
     ended the transport's task group: the consumer process lived on (its stdin thread), called
     no listener and reclaimed nothing, its entries pending for ever."""
-    url = own_postgres.url()
+    url = pg_url
     common = ("--max-deliveries", "3", "--visibility", "2", "--retry-backoff", "0.3")
     consumer = await apps("--consumer", "c1", "--listener", "grant=slow:0.1", *common, db=url)
     publisher = await apps("--consumer", "p1", "--publish", "200", *common, db=url)
@@ -128,12 +140,12 @@ async def _nothing_pending(client: Redis) -> bool:
 
 
 async def test_a_relay_waits_on_a_silent_database_at_most_db_timeout(
-    make_streams: Factory, own_postgres: PostgresServer
+    make_streams: Factory, own_postgres: PostgresServer, pg_url: str
 ) -> None:
     """Regression test: with PostgreSQL paused (its connections open, nothing answering, as
     behind a dropped network path), the relay's claim waited for as long as the pause
     lasted; now it gives up after ``db_timeout`` and retries, as for any outage."""
-    engine = make_engine(own_postgres.url())
+    engine = make_engine(pg_url)
     await create_durable_tables(engine)
     streams = make_streams(engine=engine, options=replace(FAST, db_timeout=0.5))
     try:
@@ -162,14 +174,14 @@ async def _publish(streams: RedisStreams, engine: AsyncEngine, *order_ids: int) 
 
 
 async def test_a_commit_on_a_silent_database_waits_at_most_db_timeout(
-    make_streams: Factory, own_postgres: PostgresServer
+    make_streams: Factory, own_postgres: PostgresServer, pg_url: str
 ) -> None:
     """Regression test: a listener taking ``tx`` returned while PostgreSQL was paused; the
     commit waited as long as the pause lasted, holding the call's slot and renewing its
     lease. Now the commit gives up after ``db_timeout`` and the call is retried: one effect
     once the database answers again (the first commit, sent before the pause, may land: the
     retry then finds the inbox row)."""
-    engine = make_engine(own_postgres.url())
+    engine = make_engine(pg_url)
     async with engine.begin() as conn:
         await conn.run_sync(test_metadata.create_all)
     await create_durable_tables(engine)
