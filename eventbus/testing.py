@@ -23,10 +23,10 @@ from typing import Any, cast
 
 import anyio
 
-from ._bus import EventBus
+from ._core._bus import EventBus
 from ._events import Event, EventRegistry
 from ._failures import FailureRecord
-from ._listeners import default_listener_name
+from ._core._listeners import default_listener_name
 
 __all__ = [
     "AsyncRecordingListener",

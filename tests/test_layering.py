@@ -89,7 +89,7 @@ def test_imports_go_down_the_layers_through_public_names(path: Path) -> None:
     ("module", "source", "expected"),
     [
         pytest.param(
-            "eventbus._bus",
+            "eventbus._core._bus",
             "from domain import App",
             "eventbus must not import domain",
             id="core-imports-domain",
@@ -102,7 +102,7 @@ def test_imports_go_down_the_layers_through_public_names(path: Path) -> None:
         ),
         pytest.param(
             "domain.app",
-            "from eventbus._bus import EventBus",
+            "from eventbus._core._bus import EventBus",
             "a private module of eventbus",
             id="private-module",
         ),

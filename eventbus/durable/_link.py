@@ -13,7 +13,7 @@ import re
 import uuid
 
 from .._failures import FailureRecord
-from .._retry import DURABLE_NOTE
+from .._core._retry import DURABLE_NOTE
 
 __all__ = ["DurableLink", "failure_id", "link_of", "parse_note"]
 

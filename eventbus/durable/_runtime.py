@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .._events import Event, EventRegistry
 from .._failures import FailureRecord
-from .._log_limit import LogLimiter
+from .._core._log_limit import LogLimiter
 from ..abc import FailureStore
 from ._inbox import Inbox
 from ._keys import StreamKeys

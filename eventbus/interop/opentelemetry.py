@@ -47,14 +47,14 @@ from opentelemetry.trace import (
     TracerProvider,
 )
 
-from .._bus import EventBus
-from .._calls import attempt
-from .._emission import Emission
+from .._core._bus import EventBus
+from .._core._calls import attempt
+from .._core._emission import Emission
 from .._events import Event
 from .._failures import FailureRecord
-from .._listeners import Listener, Outcome
-from .._sink import AWAITABLE_HINT
-from .._table import Plan
+from .._core._listeners import Listener, Outcome
+from .._core._sink import AWAITABLE_HINT
+from .._core._table import Plan
 
 __all__ = ["BusInstrumentation", "instrument"]
 
@@ -88,7 +88,7 @@ def instrument(
 
 
 class BusInstrumentation:
-    """The spans and instruments of one bus (an :class:`eventbus._observe.Observer`)."""
+    """The spans and instruments of one bus (an :class:`eventbus._core._observe.Observer`)."""
 
     def __init__(
         self,

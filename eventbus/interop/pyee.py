@@ -41,7 +41,7 @@ if _missing := missing_extra(__name__, "pyee"):
 
 from pyee import EventEmitter
 
-from .._bus import EventBus
+from .._core._bus import EventBus
 from .._events import Event
 from .._exceptions import EventBusError, PayloadError, UnknownEventError
 from ._pyee_common import PYEE_SPECIAL, call_shape, event_fields

@@ -12,7 +12,7 @@ import pytest
 
 import eventbus
 import scheduler
-from eventbus._cli import main as eventbus_main
+from eventbus._cli._main import main as eventbus_main
 from eventbus._version import source_tree_version
 from eventbus.cli import prog_name
 from scheduler._cli import main as scheduler_main

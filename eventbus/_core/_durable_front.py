@@ -3,7 +3,7 @@ checks that name what is not durable.
 
 The transport (:class:`eventbus.durable.RedisStreams`) does the work; these functions check
 what the bus is asked against its transport and its event types first. ``publish`` is bound
-as a method in :class:`~eventbus.EventBus`'s class body, as :mod:`eventbus._subscribing` is.
+as a method in :class:`~eventbus.EventBus`'s class body, as :mod:`eventbus._core._subscribing` is.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._emission import current_emission
-from ._events import Event
-from ._exceptions import DuplicateListenerError, DurableError
+from .._events import Event
+from .._exceptions import DuplicateListenerError, DurableError
 from ._listeners import default_listener_name
 
 if TYPE_CHECKING:
     from ._bus import EventBus
-    from .abc import DurableTransport
+    from ..abc import DurableTransport
 
 __all__ = ["bind", "durable_subscriber", "durable_transport", "publish"]
 

@@ -2,18 +2,18 @@
 
 The bus owns parts that each keep their own state and know nothing of the bus:
 
-* :class:`~eventbus._table.ListenerTable`: subscriptions, names, and one plan per event type;
-* :func:`~eventbus._compiler.compile_plan`: a plan becomes the function ``emit()`` calls;
-* :class:`~eventbus._sink.FailureSink`: records, rate-limited log lines, the ``on_failure`` hook;
-* :class:`~eventbus._pool.WorkerPool`: the bounded queue of async calls, its workers, the drain;
-* :class:`~eventbus._nesting.Nesting`: how deep emits are nested (``max_depth``);
-* :func:`~eventbus._emit_async.run_plan`: what ``emit_async()`` runs;
-* :class:`~eventbus._counting.CallCounts`: per-listener call counts, when they are on.
+* :class:`~eventbus._core._table.ListenerTable`: subscriptions, names, and one plan per event type;
+* :func:`~eventbus._core._compiler.compile_plan`: a plan becomes the function ``emit()`` calls;
+* :class:`~eventbus._core._sink.FailureSink`: records, rate-limited log lines, the ``on_failure`` hook;
+* :class:`~eventbus._core._pool.WorkerPool`: the bounded queue of async calls, its workers, the drain;
+* :class:`~eventbus._core._nesting.Nesting`: how deep emits are nested (``max_depth``);
+* :func:`~eventbus._core._emit_async.run_plan`: what ``emit_async()`` runs;
+* :class:`~eventbus._core._counting.CallCounts`: per-listener call counts, when they are on.
 
 Methods that are not the hot path are bound from the modules of their concept (the class
-body lists them): the subscription front-end (:mod:`~eventbus._subscribing`), ``publish``
-(:mod:`~eventbus._durable_front`), ``emit_async`` (:mod:`~eventbus._emit_async`),
-``retry_failures`` (:mod:`~eventbus._retry`), instrumentation (:mod:`~eventbus._observe`).
+body lists them): the subscription front-end (:mod:`~eventbus._core._subscribing`), ``publish``
+(:mod:`~eventbus._core._durable_front`), ``emit_async`` (:mod:`~eventbus._core._emit_async`),
+``retry_failures`` (:mod:`~eventbus._core._retry`), instrumentation (:mod:`~eventbus._core._observe`).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from . import _observe as _observe_mod
 from ._compiler import DispatchCache, Runtime
 from ._counting import ListenerStatistics
 from ._emission import Emission, register_emit_frame
-from ._events import Event, EventRegistry, coerce_event, default_registry
-from ._exceptions import RecursionLimitError
-from ._failures import FailureRecord
+from .._events import Event, EventRegistry, coerce_event, default_registry
+from .._exceptions import RecursionLimitError
+from .._failures import FailureRecord
 from ._lifecycle import TaskGroupHost
 from ._listeners import ErrorPolicy, Outcome
 from ._nesting import RUNNING, Nesting
@@ -41,10 +41,10 @@ from ._pool import WorkerPool
 from ._sink import FailureSink
 from ._table import ListenerTable, check_max_listeners, check_policy
 from ._threads import LoopThread
-from .backends.memory import MemoryFailureStore
+from ..backends.memory import MemoryFailureStore
 
 if TYPE_CHECKING:
-    from .abc import DurableTransport, FailureStore
+    from ..abc import DurableTransport, FailureStore
 
 __all__ = ["BusStatistics", "EventBus"]
 
@@ -145,7 +145,7 @@ class EventBus:
         self._host = TaskGroupHost()
         self._loop = LoopThread()
         #: while the bus runs, a thread-local whose ``__dict__`` is non-empty in the loop's
-        #: thread only: emit()'s thread check (see eventbus._threads.thread_mark)
+        #: thread only: emit()'s thread check (see eventbus._core._threads.thread_mark)
         self._thread: threading.local | None = None
         self.count_calls = count_calls
         self._durable = durable
@@ -253,7 +253,7 @@ class EventBus:
             f"failures={self.failures!r})"
         )
 
-    # -- subscriptions (the typed front-end: eventbus._subscribing) ---------------------------
+    # -- subscriptions (the typed front-end: eventbus._core._subscribing) ---------------------------
 
     on = _subscribing.on
     once = _subscribing.once
@@ -274,7 +274,7 @@ class EventBus:
         """
         # The hot path: a declared event at the top level (no emit or async listener call in
         # progress anywhere), and no payload, from the running loop's thread (any thread while
-        # the bus does not run). Everything else takes _emit_checked. See eventbus._nesting.
+        # the bus does not run). Everything else takes _emit_checked. See eventbus._core._nesting.
         try:
             call, compiled = self._dispatch[type(event)]
         except KeyError:
@@ -284,7 +284,7 @@ class EventBus:
             nesting = self._nesting
             # At rest, and the bus does not run: take the slot. Check and take on one line: a
             # trace function in Python (pdb, coverage) runs between lines, and another thread
-            # may run while it does (see eventbus._nesting); within a line, none can.
+            # may run while it does (see eventbus._core._nesting); within a line, none can.
             if payload is None and nesting.top is None: nesting.top = event  # noqa: E701  # fmt: skip
             # At rest while the bus runs: the same, from the loop's thread only (tested second,
             # so that a bus that does not run pays nothing for the thread check).
@@ -376,7 +376,7 @@ class EventBus:
 
     def listener_statistics(self) -> list[ListenerStatistics]:
         """Calls and failures per event and listener, counted while :attr:`count_calls` was on
-        (see :mod:`eventbus._counting` for what is a call); empty if it never was."""
+        (see :mod:`eventbus._core._counting` for what is a call); empty if it never was."""
         return self._compiled.counts.snapshot()
 
     # -- lifecycle ----------------------------------------------------------------------------

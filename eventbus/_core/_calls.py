@@ -19,9 +19,9 @@ import anyio
 import anyio.lowlevel
 
 from ._emission import Emission
-from ._events import Event
-from ._exceptions import ListenerTimeoutError
-from ._failures import FailureRecord
+from .._events import Event
+from .._exceptions import ListenerTimeoutError
+from .._failures import FailureRecord
 from ._listeners import Listener, Outcome
 from ._sink import FailureSink, awaitable_error
 

@@ -3,14 +3,14 @@
 Each thread has its own emits in progress: a bus that is not running takes emits from any
 thread, several at once. What one thread's emits need, they keep in :attr:`Nesting.local`
 (a ``threading.local``), and an async listener call (a worker's, or one of ``emit_async()``)
-keeps its emission in a context variable, as a :class:`~eventbus._emission.Hop` that ends
+keeps its emission in a context variable, as a :class:`~eventbus._core._emission.Hop` that ends
 with the call. Only ``emit()``'s fast path, which must cost next to nothing, shares a slot:
 
 * :attr:`Nesting.top` is "at rest" (``None``; :data:`RUNNING` while the bus runs, whose fast
   path also checks the thread) when no emit and no async call is in progress anywhere. Then
   an emit with no cause and depth 1 takes the slot: it stores its bare event there (no object
   is made per emit), runs its listeners, and puts back :attr:`Nesting.rest`. Its emission
-  becomes an :class:`~eventbus._emission.Emission` the first time something needs one (a
+  becomes an :class:`~eventbus._core._emission.Emission` the first time something needs one (a
   failure, a nested emit, :func:`~eventbus.current_emission`); that thread *holds* the slot.
 * Anything else (a nested emit, an emit by name, an async call, an emit while another thread
   holds the slot) takes the exact path, which uses the thread's own state, and *parks* the

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._emission import Emission
-from ._failures import FailureRecord
+from .._failures import FailureRecord
 from ._listeners import Listener, Outcome
 from ._table import Plan
 

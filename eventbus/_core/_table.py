@@ -23,15 +23,15 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
-from ._events import Event, EventRegistry
-from ._exceptions import (
+from .._events import Event, EventRegistry
+from .._exceptions import (
     DuplicateListenerError,
     ListenerLookupError,
     MaxListenersExceededWarning,
     UnknownEventError,
 )
 from ._listeners import ErrorPolicy, Listener, default_listener_name, is_async_callable
-from ._patterns import compile_pattern, is_pattern, match_segments
+from .._patterns import compile_pattern, is_pattern, match_segments
 
 __all__ = ["SPENT_KEPT", "ListenerTable", "Plan", "check_max_listeners", "check_policy"]
 

@@ -3,9 +3,9 @@
 
 These are module-level functions of a bus, bound as its methods in :class:`~eventbus.EventBus`'s
 class body (``on = _subscribing.on``): the overloads, which make most of their length, live
-here, and :mod:`eventbus._bus` keeps the state and the emit paths. They check their options
-and hand the subscription to the bus's :class:`~eventbus._table.ListenerTable` (or, for
-``durable=True``, to :func:`eventbus._durable_front.durable_subscriber`).
+here, and :mod:`eventbus._core._bus` keeps the state and the emit paths. They check their options
+and hand the subscription to the bus's :class:`~eventbus._core._table.ListenerTable` (or, for
+``durable=True``, to :func:`eventbus._core._durable_front.durable_subscriber`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, Unpack, overload
 
 from ._durable_front import durable_subscriber
-from ._events import Event
+from .._events import Event
 from ._listeners import (
     E,
     ErrorPolicy,

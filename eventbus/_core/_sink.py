@@ -15,10 +15,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._emission import Emission
-from ._failures import FailureRecord
+from .._failures import FailureRecord
 from ._listeners import Listener, is_async_callable
 from ._log_limit import LogLimiter
-from .abc import FailureStore
+from ..abc import FailureStore
 
 if TYPE_CHECKING:
     from ._counting import CallCounts

@@ -22,8 +22,8 @@ import re
 from importlib import metadata
 from pathlib import Path
 
-from ._version import DISTRIBUTION, version
-from .extras import EXTRAS, missing_extra
+from .._version import DISTRIBUTION, version
+from ..extras import EXTRAS, missing_extra
 
 __all__ = ["add_doctor_parser", "doctor", "scheduler_problems"]
 

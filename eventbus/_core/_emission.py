@@ -8,7 +8,7 @@ together. The chain crosses sync, async, background and nested emits of one bus.
 Nothing here is paid by an emit nobody asks about: the ids are random and made on first use
 (a failure, :func:`current_emission` and its ids, a child's ids), a child emission refers to
 its cause's object until its own ids are asked for, and ``emit()``'s fast path keeps its
-emission as the bare event until then (see :mod:`eventbus._nesting`).
+emission as the bare event until then (see :mod:`eventbus._core._nesting`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import sys
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING
 
-from ._events import Event
-from ._failures import new_event_id
+from .._events import Event
+from .._failures import new_event_id
 
 if TYPE_CHECKING:
     from ._nesting import Nesting
@@ -162,7 +162,7 @@ def register_emit_frame(code: CodeType, *, fast: bool) -> None:
 
 def is_fast_emit_of(nesting: Nesting, frame: FrameType | None) -> bool:
     """Whether the innermost emit of *nesting*'s bus on the stack from *frame* up is a
-    fast-path one (then this thread holds the bus's slot: see :mod:`eventbus._nesting`)."""
+    fast-path one (then this thread holds the bus's slot: see :mod:`eventbus._core._nesting`)."""
     while frame is not None:
         fast = _emit_frames.get(frame.f_code)
         if fast is not None and frame.f_locals.get("nesting") is nesting:

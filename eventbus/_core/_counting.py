@@ -3,7 +3,7 @@
 ``EventBus(count_calls=True)`` (or ``bus.count_calls = True``) recompiles the dispatch
 functions of ``emit()`` with one ``c0.calls += 1`` line per listener, and sends
 ``emit_async()`` through the path that counts its outcomes; a bus that does not count runs
-exactly the code it ran before counting existed (see :mod:`eventbus._compiler`).
+exactly the code it ran before counting existed (see :mod:`eventbus._core._compiler`).
 
 What is counted, per (event name, listener name):
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 
-from ._events import Event
+from .._events import Event
 from ._table import ListenerTable
 
 __all__ = ["wait_for"]
@@ -59,7 +59,7 @@ async def wait_for(
         table.remove(sub)
 
     # The lowest number free: a wait per request subscribes a listener of the same name each
-    # time, so its event's dispatch compiles once (see eventbus._compiler), not per request.
+    # time, so its event's dispatch compiles once (see eventbus._core._compiler), not per request.
     n = 1
     while table.taken(f"eventbus.wait_for:{pattern}#{n}"):
         n += 1

@@ -31,8 +31,8 @@ from ._calls import (
 )
 from ._compiler import DispatchCache, Runtime
 from ._emission import Emission
-from ._events import Event, coerce_event
-from ._exceptions import ListenerCancelledError, ListenerErrors, RecursionLimitError
+from .._events import Event, coerce_event
+from .._exceptions import ListenerCancelledError, ListenerErrors, RecursionLimitError
 from ._listeners import ErrorPolicy, Listener, Outcome, new_outcome
 from ._sink import FailureSink
 from ._table import Plan
@@ -224,7 +224,7 @@ async def _run(
     """Call *sub* (async, or sync with retries) and store its outcome at *i*.
 
     :param own_task: this runs in a task of its own, which only a scope may cancel (see
-        :func:`~eventbus._calls.cancelled_from_outside`)
+        :func:`~eventbus._core._calls.cancelled_from_outside`)
     """
     start = _perf()
     if sub.is_async and sub.timeout is None and not sub.retries:

@@ -3,7 +3,7 @@
 The listener runs in the chain of the failed emission: ``current_emission()`` gives that
 emission's ids, and what the listener emits is caused by it. A ``once``/``times`` listener
 that unsubscribed itself as its last call started is still called for the failures recorded
-for it (the latest :data:`~eventbus._table.SPENT_KEPT` such listeners are kept, until those
+for it (the latest :data:`~eventbus._core._table.SPENT_KEPT` such listeners are kept, until those
 rows are resolved or dead), unless another listener was subscribed under that name since:
 that one is called. A used-up listener is never called for another listener's row.
 
@@ -27,11 +27,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
 from ._calls import call_once
-from ._codec import decode_payload
+from .._codec import decode_payload
 from ._emission import Emission
-from ._exceptions import PayloadError, UnknownEventError
-from ._failures import FailureRecord, FailureStatus, check_failure_ids, qualified_type, safe_str
-from ._patterns import matches
+from .._exceptions import PayloadError, UnknownEventError
+from .._failures import FailureRecord, FailureStatus, check_failure_ids, qualified_type, safe_str
+from .._patterns import matches
 
 if TYPE_CHECKING:
     from ._bus import EventBus

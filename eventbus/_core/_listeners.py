@@ -8,8 +8,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Literal, Protocol, TypedDict, TypeVar
 
-from ._events import Event
-from ._failures import FailureRecord
+from .._events import Event
+from .._failures import FailureRecord
 
 __all__ = [
     "E",

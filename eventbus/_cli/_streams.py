@@ -19,10 +19,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .cli import describe_error, positive_int
+from ..cli import describe_error, positive_int
 
 if TYPE_CHECKING:
-    from .durable import RedisStreams
+    from ..durable import RedisStreams
 
 __all__ = ["StreamsInputError", "add_streams_parser"]
 
@@ -129,8 +129,8 @@ class StreamsInputError(Exception):
 
 
 def _transport(args: argparse.Namespace, *, db: bool) -> RedisStreams:
-    from .backends.sql import database_url, default_db_url
-    from .durable import DurableOptions, RedisStreams
+    from ..backends.sql import database_url, default_db_url
+    from ..durable import DurableOptions, RedisStreams
 
     url = args.redis or os.environ.get("EVENTBUS_REDIS") or DEFAULT_REDIS
     engine: Any = "sqlite+aiosqlite:///:memory:"
@@ -220,7 +220,7 @@ async def _status(args: argparse.Namespace) -> int:
 
 
 async def _pending(args: argparse.Namespace) -> int:
-    from .durable._status import pending_entries
+    from ..durable._status import pending_entries
 
     async def work(streams: RedisStreams) -> int:
         rows = await pending_entries(
@@ -245,7 +245,7 @@ async def _pending(args: argparse.Namespace) -> int:
 
 
 async def _dead(args: argparse.Namespace) -> int:
-    from .durable._status import discover_events
+    from ..durable._status import discover_events
 
     async def work(streams: RedisStreams) -> int:
         names = [args.event] if args.event else await discover_events(streams.client, streams.keys)
@@ -344,7 +344,7 @@ async def _backfill(args: argparse.Namespace) -> int:
 
 
 async def _redrive(args: argparse.Namespace) -> int:
-    from ._cli import _find, _open
+    from ._main import _find, _open
 
     async def work(streams: RedisStreams) -> int:
         store = await _open(args.db)

@@ -21,7 +21,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from ._calls import call_async
 from ._emission import Emission
-from ._exceptions import ListenerDroppedError, ListenerShutdownError
+from .._exceptions import ListenerDroppedError, ListenerShutdownError
 from ._listeners import Listener
 from ._nesting import Nesting
 from ._sink import FailureSink

@@ -1,7 +1,7 @@
 """``python -m eventbus failures list|show|retry|purge``: inspect and retry the failure table;
-``python -m eventbus streams ...``: operate durable events (:mod:`eventbus._cli_streams`);
+``python -m eventbus streams ...``: operate durable events (:mod:`eventbus._cli._streams`);
 ``python -m eventbus doctor``: the version, the extras, a ``scheduler`` name clash
-(:mod:`eventbus._doctor`). Installed as the ``eventbus`` command too.
+(:mod:`eventbus._cli._doctor`). Installed as the ``eventbus`` command too.
 
 Every command takes ``--db`` (a URL, or the path of a SQLite file: see
 :func:`eventbus.backends.sql.database_url`; default ``$EVENTBUS_DB``, else ``eventbus.db`` in
@@ -28,12 +28,12 @@ from typing import Any
 
 import anyio
 
-from ._bus import EventBus
-from ._chain import causation_chain
-from ._cli_streams import StreamsInputError, add_streams_parser
+from .._core._bus import EventBus
+from .._chain import causation_chain
+from ._streams import StreamsInputError, add_streams_parser
 from ._doctor import add_doctor_parser, doctor
-from ._failures import FailureRecord, FailureStatus
-from .cli import (
+from .._failures import FailureRecord, FailureStatus
+from ..cli import (
     AppLoadError,
     add_version_option,
     describe_error,
@@ -42,14 +42,14 @@ from .cli import (
     prog_name,
     quiet_broken_pipe,
 )
-from .extras import explain_missing
+from ..extras import explain_missing
 
 _NO_SQL: ImportError | None = None
 try:  # the failure table needs the 'sql' extra; --help, --version and doctor do not
     import sqlalchemy as sa
     from sqlalchemy import exc as sa_exc
 
-    from .backends.sql import SqlFailureStore, database_url, default_db_url, redact_url
+    from ..backends.sql import SqlFailureStore, database_url, default_db_url, redact_url
 except ImportError as exc:
     _NO_SQL = exc
 

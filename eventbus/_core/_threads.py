@@ -31,7 +31,7 @@ import anyio.from_thread
 import anyio.lowlevel
 from anyio.abc import TaskGroup
 
-from ._exceptions import BusNotRunningError, WrongThreadError
+from .._exceptions import BusNotRunningError, WrongThreadError
 
 __all__ = ["LoopThread", "get_ident", "thread_mark"]
 
