@@ -4,6 +4,8 @@ The helpers an application's own CLI may use (``load_app``, ``describe_error``) 
 :mod:`eventbus.cli`.
 """
 
+from __future__ import annotations
+
 from ._main import main
 
 __all__ = ["main"]

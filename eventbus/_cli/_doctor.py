@@ -28,7 +28,7 @@ from ..extras import EXTRAS, missing_extra
 __all__ = ["add_doctor_parser", "doctor", "scheduler_problems"]
 
 #: where eventbus (and so its scheduler) is: the directory that holds the ``eventbus`` package
-HOME = Path(__file__).resolve().parents[1]
+HOME = Path(__file__).resolve().parents[2]
 
 
 def add_doctor_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -14,11 +14,11 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ._emission import Emission
 from .._failures import FailureRecord
+from ..abc import FailureStore
+from ._emission import Emission
 from ._listeners import Listener, is_async_callable
 from ._log_limit import LogLimiter
-from ..abc import FailureStore
 
 if TYPE_CHECKING:
     from ._counting import CallCounts

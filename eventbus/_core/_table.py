@@ -30,8 +30,8 @@ from .._exceptions import (
     MaxListenersExceededWarning,
     UnknownEventError,
 )
-from ._listeners import ErrorPolicy, Listener, default_listener_name, is_async_callable
 from .._patterns import compile_pattern, is_pattern, match_segments
+from ._listeners import ErrorPolicy, Listener, default_listener_name, is_async_callable
 
 __all__ = ["SPENT_KEPT", "ListenerTable", "Plan", "check_max_listeners", "check_policy"]
 

@@ -12,8 +12,8 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .._failures import FailureRecord
 from .._core._log_limit import LogLimiter
+from .._failures import FailureRecord
 from ..cli import describe_error
 
 __all__ = ["WriterLog"]
