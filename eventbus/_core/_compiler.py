@@ -1,13 +1,13 @@
 """Compiled dispatch: one function per event type that calls its listeners in order.
 
-A :class:`~eventbus._core._table.Plan` says which listeners an event type reaches. :func:`compile_plan`
-turns it into the function ``emit()`` calls: straight-line Python source with one ``try`` per
-listener, generated and compiled as ``dataclasses`` generates ``__init__``, so that ten
-listeners cost ten calls and little else. What a listener needs beyond a plain call (``once``
-or ``times=``, ``retries``, the ``propagate`` policy, being async and queued) is written out
-for that listener alone, so the common case carries none of it. A plan of exactly one plain
-sync listener compiles to the listener itself: ``emit()`` calls it inside its own ``try`` (one
-call fewer), and records its failure.
+A :class:`~eventbus._core._table.Plan` says which listeners an event type reaches.
+:func:`compile_plan` turns it into the function ``emit()`` calls: straight-line Python source
+with one ``try`` per listener, generated and compiled as ``dataclasses`` generates ``__init__``,
+so that ten listeners cost ten calls and little else. What a listener needs beyond a plain call
+(``once`` or ``times=``, ``retries``, the ``propagate`` policy, being async and queued) is
+written out for that listener alone, so the common case carries none of it. A plan of exactly
+one plain sync listener compiles to the listener itself: ``emit()`` calls it inside its own
+``try`` (one call fewer), and records its failure.
 
 The source is registered with :mod:`linecache` under a name such as
 ``<eventbus: emit('order.paid') 3f2a9c1e>``, so tracebacks through it show its lines, for as
@@ -42,18 +42,18 @@ from collections.abc import Callable
 from types import CodeType
 from typing import Any, Protocol
 
+from .._events import Event
+from .._exceptions import BusNotRunningError, ListenerErrors
+from .._patterns import is_pattern, matches
+from .._tracebacks import register_source
 from ._calls import add_note_once, call_sync
 from ._counting import CallCounts
 from ._emission import Emission
-from .._events import Event
-from .._exceptions import BusNotRunningError, ListenerErrors
 from ._listeners import ErrorPolicy, Listener
 from ._nesting import Nesting
 from ._observe import Observer
-from .._patterns import is_pattern, matches
 from ._sink import FailureSink, awaitable_error
 from ._table import ListenerTable, Plan
-from .._tracebacks import register_source
 
 __all__ = ["Compiled", "DispatchCache", "Dispatcher", "Runtime", "compile_plan"]
 

@@ -1,6 +1,6 @@
 """``emit_async()``: run every listener of a plan and wait for all of them.
 
-:func:`emit_async` is the bus's method (bound in :class:`~eventbus.EventBus`'s class body);
+:meth:`EventBus.emit_async <eventbus.EventBus.emit_async>` checks the event and finds the plan;
 :func:`run_plan` does the work.
 
 Sync listeners run first, inline and in order; async ones then run concurrently, each in its
@@ -14,72 +14,39 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from collections.abc import Mapping
 from types import CoroutineType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
+from .._events import Event
+from .._exceptions import ListenerCancelledError, ListenerErrors, RecursionLimitError
 from ._calls import (
     ABORTED,
     absorb_cancel,
     add_note_once,
     call_async,
     cancelled_from_outside,
-    checkpoint,
     on_asyncio,
 )
 from ._compiler import DispatchCache, Runtime
 from ._emission import Emission
-from .._events import Event, coerce_event
-from .._exceptions import ListenerCancelledError, ListenerErrors, RecursionLimitError
 from ._listeners import ErrorPolicy, Listener, Outcome, new_outcome
 from ._sink import FailureSink
 from ._table import Plan
 
-if TYPE_CHECKING:
-    from ._bus import EventBus
-
-__all__ = ["emit_async", "new_emission", "run_plan"]
+__all__ = ["new_emission", "run_hooked", "run_plan"]
 
 _perf = time.perf_counter
 _new = object.__new__
 _isawaitable = inspect.isawaitable
 
 
-async def emit_async(
-    bus: EventBus,
-    event: Event | str,
-    payload: Mapping[str, Any] | None = None,
-    /,
-    *,
-    concurrent: bool = True,
-) -> list[Outcome]:
-    """Run every matching listener (async ones concurrently) and wait for all of them.
-
-    :param concurrent: false: await the listeners one after another, in order (a failure
-        does not stop the rest), as blinker's ``send_async`` does
-    :return: one :class:`Outcome` per listener, in call order
-    :raises ListenerErrors: under ``errors="propagate"``, after every listener finished
-    """
-    await checkpoint()
-    if bus._thread is not None:
-        bus._loop.check("emit_async", event)
-    if payload is not None or not isinstance(event, Event):
-        event = coerce_event(bus.registry, event, payload)
-    plan = bus._table.plan(type(event))
-    compiled = bus._compiled
-    if concurrent is not True and concurrent is not False:
-        raise TypeError(f"concurrent={concurrent!r} must be True or False")
-    if not compiled.hooked:
-        return await run_plan(plan, event, compiled.runtime, compiled.policy, concurrent)
-    return await _run_hooked(compiled, plan, event, concurrent)
-
-
-async def _run_hooked(
+async def run_hooked(
     compiled: DispatchCache, plan: Plan, event: Event, concurrent: bool
 ) -> list[Outcome]:
-    """:func:`run_plan` observed by instrumentation, or with its calls counted, or both."""
+    """What ``EventBus.emit_async()`` runs when hooked: :func:`run_plan` observed by
+    instrumentation, or with its calls counted, or both."""
     runtime = compiled.runtime
     emission = new_emission(runtime, event)
     outcomes: list[Any] = [None] * len(plan.listeners)

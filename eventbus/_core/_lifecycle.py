@@ -1,5 +1,5 @@
-"""Starting and stopping a bus: its parts in order, in a task group opened by the task that
-enters the bus and closed by it alone.
+"""The task group of a running bus, opened by the task that enters the bus and closed by it
+alone (``EventBus._start`` and ``_drain`` start and stop the bus's parts in it, in order).
 
 Background work (the workers, a store's batch writer, the durable transport) runs in this
 group. Closing runs the bus's drain shielded from cancellation, then cancels what still runs
@@ -11,51 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import TaskGroup
 
-if TYPE_CHECKING:
-    from ._bus import EventBus
-
-__all__ = ["TaskGroupHost", "drain", "start"]
-
-
-async def start(bus: EventBus, tg: TaskGroup) -> None:
-    """Start the bus's parts in *tg*: the failure store, the workers, the way in from other
-    threads, then the durable transport (whose refusal undoes the rest)."""
-    await bus.failures.start(tg)
-    bus._pool.start(tg, size=bus.queue_size, workers=bus.workers)
-    bus._loop.open(tg)
-    bus._thread = bus._loop.mark
-    bus._nesting.running(True)
-    if bus.durable is not None:
-        try:
-            await bus.durable.start(tg)
-        except BaseException:  # refused (an evicting Redis, say): undo what started
-            with anyio.CancelScope(shield=True):
-                await drain(bus)
-            raise
-
-
-async def drain(bus: EventBus) -> None:
-    """Stop the parts in the order that loses nothing: the durable transport (its dead
-    deliveries go to the store), calls handed over from threads, the queue (the two within
-    one grace period), then the failure store."""
-    try:
-        if bus.durable is not None:
-            await bus.durable.aclose()
-        deadline = anyio.current_time() + bus.shutdown_grace
-        await bus._loop.close(bus.shutdown_grace)
-        await bus._pool.drain(bus.shutdown_grace, within=max(0.0, deadline - anyio.current_time()))
-        bus._sink.close()
-        await bus.failures.aclose()
-    finally:
-        bus._pool.stopped()
-        bus._nesting.running(False)  # first: emit() reads the mark only while running
-        bus._loop.forget()
-        bus._thread = None
+__all__ = ["TaskGroupHost"]
 
 
 class TaskGroupHost:

@@ -1,4 +1,4 @@
-"""The hook instrumentation plugs into (OpenTelemetry, see :mod:`eventbus.interop.opentelemetry`).
+"""What :meth:`EventBus.instrument` attaches (:mod:`eventbus.interop.opentelemetry`'s is one).
 
 A bus without an observer runs exactly the code it runs without this module: the observer
 wraps what the bus already calls, at the moments it is built, never per emit:
@@ -14,19 +14,24 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ._emission import Emission
 from .._failures import FailureRecord
+from ._emission import Emission
 from ._listeners import Listener, Outcome
 from ._table import Plan
 
 if TYPE_CHECKING:
-    from ._bus import EventBus
+    from ._nesting import Nesting
 
-__all__ = ["Observer", "attach"]
+__all__ = ["Observer"]
 
 
 class Observer(Protocol):
     """**Protocol:** what a bus's instrumentation provides."""
+
+    def bound(self, nesting: Nesting) -> None:
+        """Attached to a bus (:meth:`EventBus.instrument`) whose emits nest in *nesting*:
+        its ``current()`` and ``emission()`` give the emission in progress."""
+        ...
 
     def listener(self, sub: Listener) -> Callable[[Any], Any]:
         """What the bus calls instead of ``sub.fn`` (async if ``sub`` is)."""
@@ -48,19 +53,3 @@ class Observer(Protocol):
     def failed(self, record: FailureRecord) -> None:
         """A failure was recorded (dropped calls too)."""
         ...
-
-
-def attach(bus: EventBus, observer: Observer | None) -> None:
-    """Attach *observer* to *bus* (replacing any), or detach it with ``None``: the bus's
-    ``_observe`` method, which :mod:`eventbus.interop.opentelemetry` calls."""
-    compiled, sink, table = bus._compiled, bus._sink, bus._table
-    previous = compiled.observer
-    if previous is not None:
-        sink.observers.remove(previous.failed)
-    compiled.observer = observer
-    table.wrap = None if observer is None else observer.listener
-    for sub in table:
-        sub.call = sub.fn if observer is None else observer.listener(sub)
-    if observer is not None:
-        sink.observers.append(observer.failed)
-    table.invalidate()  # recompiled with the listeners' new calls, and wrapped

@@ -26,18 +26,20 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
-from ._calls import call_once
 from .._codec import decode_payload
-from ._emission import Emission
 from .._exceptions import PayloadError, UnknownEventError
 from .._failures import FailureRecord, FailureStatus, check_failure_ids, qualified_type, safe_str
 from .._patterns import matches
+from ._calls import call_once
+from ._emission import Emission
 
 if TYPE_CHECKING:
-    from ._bus import EventBus
+    from ..abc import DurableTransport, FailureStore
     from ._listeners import Listener
+    from ._nesting import Nesting
+    from ._table import ListenerTable
 
-__all__ = ["DURABLE_NOTE", "RetryItem", "RetryReport", "is_durable", "retry_failures"]
+__all__ = ["DURABLE_NOTE", "RetryItem", "RetryParts", "RetryReport", "is_durable", "retry_failures"]
 
 logger = logging.getLogger("eventbus.retry")
 
@@ -51,6 +53,16 @@ def is_durable(rec: FailureRecord) -> bool:
     """A durable listener's row: its ``durable_group`` column, or (a row written before the
     column existed) its note."""
     return rec.durable_group is not None or (rec.note or "").startswith(DURABLE_NOTE)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RetryParts:
+    """What a retry run uses of a bus (taken when the run starts)."""
+
+    table: ListenerTable  #: finds listeners by name, spent ones too; knows the registry
+    nesting: Nesting  #: puts the call in the failed emission's chain
+    store: FailureStore  #: where the rows are read and updated
+    transport: DurableTransport | None  #: hands durable listeners' dead rows back
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -108,7 +120,7 @@ class RetryReport:
 
 
 async def retry_failures(
-    bus: EventBus,
+    parts: RetryParts,
     *,
     event: str | None = None,
     listener: str | None = None,
@@ -117,30 +129,7 @@ async def retry_failures(
     correlation: str | None = None,
     ids: Sequence[str] | None = None,
 ) -> RetryReport:
-    """Retry the pending failures in ``bus.failures``, oldest first, one call each.
-
-    Each row's payload is rebuilt through ``bus.registry`` and handed to the listener that
-    ``bus.listener(name)`` finds (or a spent ``once``/``times`` listener of that name, see the
-    module docstring), in the failed emission's chain; the call honours the listener's
-    ``timeout=`` but not its ``retries=``, and records no new failure row: the row itself is
-    updated.
-
-    :param event: only rows of this event name
-    :param listener: only rows of this listener name
-    :param limit: at most this many rows (the newest ones, tried oldest first)
-    :param max_attempts: a row that has failed this many times becomes ``dead``
-    :param correlation: only rows of this correlation id: one business transaction's
-        failures, retried together
-    :param ids: exactly these rows (the console's Retry button on one failure), instead of
-        the filters above; an id that is not pending (nor a dead durable failure, with a
-        durable transport) is reported as skipped and left as it is
-    :raises TypeError: naming ``ids``, for one string instead of a list of ids
-    :raises ValueError: naming the argument, for ``max_attempts`` below 1, an empty
-        ``correlation``, or *ids* combined with a filter
-
-    With a durable transport, dead rows of durable listeners (up to *limit* more) are handed
-    back to their consumer groups too (see the module docstring).
-    """
+    """:meth:`EventBus.retry_failures` (which documents it) over the bus's *parts*."""
     if max_attempts < 1:
         raise ValueError(f"max_attempts={max_attempts!r} must be >= 1")
     if correlation is not None and (not isinstance(correlation, str) or not correlation):
@@ -154,17 +143,17 @@ async def retry_failures(
                 "retry_failures(ids=...) names the failures itself; drop "
                 + ", ".join(f"{name}=" for name in given)
             )
-        return await _retry_ids(bus, wanted, max_attempts)
+        return await _retry_ids(parts, wanted, max_attempts)
     query = functools.partial(
-        bus.failures.query, status=FailureStatus.PENDING, event=event, listener=listener
+        parts.store.query, status=FailureStatus.PENDING, event=event, listener=listener
     )
     # correlation= only when given: a store written before it existed works without it.
     rows = await (
         query(limit=limit) if correlation is None else query(limit=limit, correlation=correlation)
     )
-    if bus.durable is not None:
+    if parts.transport is not None:
         dead_query = functools.partial(
-            bus.failures.query, status=FailureStatus.DEAD, event=event, listener=listener
+            parts.store.query, status=FailureStatus.DEAD, event=event, listener=listener
         )
         dead = await (
             dead_query(limit=limit)
@@ -173,19 +162,19 @@ async def retry_failures(
         )
         rows += [r for r in dead if is_durable(r)]
         rows.sort(key=lambda r: r.last_failed_at, reverse=True)
-    return RetryReport(tuple([await _retry_logged(bus, rec, max_attempts) for rec in rows[::-1]]))
+    return RetryReport(tuple([await _retry_logged(parts, rec, max_attempts) for rec in rows[::-1]]))
 
 
-async def _retry_ids(bus: EventBus, ids: list[str], max_attempts: int) -> RetryReport:
+async def _retry_ids(parts: RetryParts, ids: list[str], max_attempts: int) -> RetryReport:
     """``retry_failures(ids=...)``: each row named, oldest first; the others reported."""
     rows: list[FailureRecord] = []
     items: list[RetryItem] = []
     for fid in dict.fromkeys(ids):
-        rec = await bus.failures.get(fid)
+        rec = await parts.store.get(fid)
         if rec is None:
             items.append(RetryItem(fid, "", "", "skipped", 0, "no failure has this id"))
         elif rec.status is FailureStatus.PENDING or (
-            bus.durable is not None and rec.status is FailureStatus.DEAD and is_durable(rec)
+            parts.transport is not None and rec.status is FailureStatus.DEAD and is_durable(rec)
         ):
             rows.append(rec)
         else:
@@ -194,12 +183,12 @@ async def _retry_ids(bus: EventBus, ids: list[str], max_attempts: int) -> RetryR
                 RetryItem(rec.id, rec.event_name, rec.listener, "skipped", rec.attempts, reason)
             )
     rows.sort(key=lambda r: r.last_failed_at)
-    items += [await _retry_logged(bus, rec, max_attempts) for rec in rows]
+    items += [await _retry_logged(parts, rec, max_attempts) for rec in rows]
     return RetryReport(tuple(items))
 
 
-async def _retry_logged(bus: EventBus, rec: FailureRecord, max_attempts: int) -> RetryItem:
-    item = await _retry_one(bus, rec, max_attempts)
+async def _retry_logged(parts: RetryParts, rec: FailureRecord, max_attempts: int) -> RetryItem:
+    item = await _retry_one(parts, rec, max_attempts)
     log = logger.info if item.result == "resolved" else logger.warning
     log(
         "retry of %s (%r for %r): %s%s",
@@ -212,35 +201,35 @@ async def _retry_logged(bus: EventBus, rec: FailureRecord, max_attempts: int) ->
     return item
 
 
-async def _retry_one(bus: EventBus, rec: FailureRecord, max_attempts: int) -> RetryItem:
+async def _retry_one(parts: RetryParts, rec: FailureRecord, max_attempts: int) -> RetryItem:
     if is_durable(rec):
-        return await _redeliver(bus, rec)
-    reason = _why_not_retryable(bus, rec)
+        return await _redeliver(parts, rec)
+    reason = _why_not_retryable(parts, rec)
     if reason is None:
         try:
-            event = decode_payload(bus.registry, rec.event_name, rec.payload)
+            event = decode_payload(parts.table.registry, rec.event_name, rec.payload)
         except UnknownEventError:
             reason = f"event type {rec.event_name!r} is no longer declared in the bus's registry"
         except PayloadError as exc:
             reason = f"stored payload no longer fits the event type: {exc}"
     if reason is not None:
-        await bus.failures.update(rec.replace(note=f"not retried: {reason}"))
+        await parts.store.update(rec.replace(note=f"not retried: {reason}"))
         return RetryItem(rec.id, rec.event_name, rec.listener, "skipped", rec.attempts, reason)
 
-    sub = _listener(bus, rec)
+    sub = _listener(parts, rec)
     assert sub is not None  # checked by _why_not_retryable
     # In the failed emission's chain, as the first call was: what the listener emits is caused
     # by that event, and current_emission() gives its ids.
     emission = Emission.restored(event, rec.event_id, rec.causation_id, rec.correlation_id)
-    hopping = bus._nesting.enter_hop(emission)
+    hopping = parts.nesting.enter_hop(emission)
     try:
         outcome = await call_once(sub, event)
     finally:
-        bus._nesting.leave_hop(hopping)
+        parts.nesting.leave_hop(hopping)
     now = datetime.now(UTC)
     attempts = rec.attempts + 1
     if outcome.error is None:
-        await bus.failures.update(
+        await parts.store.update(
             rec.replace(
                 status=FailureStatus.RESOLVED,
                 attempts=attempts,
@@ -248,13 +237,13 @@ async def _retry_one(bus: EventBus, rec: FailureRecord, max_attempts: int) -> Re
                 note="resolved by retry",
             )
         )
-        bus._table.settled(sub, rec.id)
+        parts.table.settled(sub, rec.id)
         return RetryItem(rec.id, rec.event_name, rec.listener, "resolved", attempts)
     err = outcome.error
     dead = attempts >= max_attempts
     if dead:
-        bus._table.settled(sub, rec.id)
-    await bus.failures.update(
+        parts.table.settled(sub, rec.id)
+    await parts.store.update(
         rec.replace(
             status=FailureStatus.DEAD if dead else FailureStatus.PENDING,
             attempts=attempts,
@@ -271,10 +260,10 @@ async def _retry_one(bus: EventBus, rec: FailureRecord, max_attempts: int) -> Re
     )
 
 
-def _why_not_retryable(bus: EventBus, rec: FailureRecord) -> str | None:
+def _why_not_retryable(parts: RetryParts, rec: FailureRecord) -> str | None:
     if not rec.payload_ok:
         return "its payload could not be encoded when the failure was recorded (see payload)"
-    sub = _listener(bus, rec)
+    sub = _listener(parts, rec)
     if sub is None:
         return f"no listener named {rec.listener!r} is subscribed on this bus"
     if not matches(sub.pattern, rec.event_name):
@@ -282,18 +271,18 @@ def _why_not_retryable(bus: EventBus, rec: FailureRecord) -> str | None:
     return None
 
 
-def _listener(bus: EventBus, rec: FailureRecord) -> Listener | None:
+def _listener(parts: RetryParts, rec: FailureRecord) -> Listener | None:
     """The listener subscribed under *rec*'s name; else the ``once``/``times`` listener whose
     failure *rec* is, if its calls are all taken (it unsubscribed itself as its last call
     started) and it is kept."""
-    sub = bus.listener(rec.listener)
-    return sub if sub is not None else bus._table.get_spent(rec.listener, rec.id)
+    sub = parts.table.get(rec.listener)
+    return sub if sub is not None else parts.table.get_spent(rec.listener, rec.id)
 
 
-async def _redeliver(bus: EventBus, rec: FailureRecord) -> RetryItem:
+async def _redeliver(parts: RetryParts, rec: FailureRecord) -> RetryItem:
     """A durable listener's row: dead ones go back to their group; pending ones are there
     already (redelivered before, awaiting the outcome) and are left as they are."""
-    durable = bus.durable
+    durable = parts.transport
     if rec.status is not FailureStatus.DEAD or durable is None:
         reason = (
             "a durable delivery redelivered to its group, awaiting the outcome (if that "
