@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from eventbus.lazy import lazy_exports
+from eventbus.lazy import lazy_exports, show_as_module
 
 from ._clock import SystemClock as SystemClock
 from ._clock import VirtualClock as VirtualClock
@@ -110,10 +110,4 @@ if not TYPE_CHECKING:  # mypy sees the imports above; a __getattr__ would hide t
 
 # Show the public path in reprs and tracebacks: scheduler.CronExpression, not scheduler._cron.
 # The lazy names keep their public module path (scheduler.backends.redis).
-for _name in __all__:
-    if _name in _LAZY:
-        continue
-    _obj = globals()[_name]
-    if getattr(_obj, "__module__", "").startswith(f"{__name__}._"):
-        _obj.__module__ = __name__
-del _name, _obj
+show_as_module(__name__, *(globals()[name] for name in __all__ if name not in _LAZY))

@@ -35,6 +35,7 @@ from types import TracebackType
 from typing import Any, Literal, Self, cast
 
 from ..extras import missing_extra
+from ..lazy import show_as_module
 
 if _missing := missing_extra(__name__, "pyee"):
     raise _missing
@@ -287,6 +288,4 @@ def bridge_to_pyee(
 
 
 # Defined in private modules; reprs and tracebacks show the path users import from.
-for _obj in (PyeeFacade, UnsupportedPyeeEventError, as_pyee):
-    _obj.__module__ = __name__
-del _obj
+show_as_module(__name__, PyeeFacade, UnsupportedPyeeEventError, as_pyee, within="eventbus.interop")
