@@ -25,6 +25,7 @@ from ._exceptions import EventBusError
 __all__ = [
     "AppLoadError",
     "EXIT_BROKEN_PIPE",
+    "InputError",
     "add_version_option",
     "describe_error",
     "load_app",
@@ -47,6 +48,12 @@ class AppLoadError(EventBusError, ValueError):
     def __init__(self, option: str, spec: str, problem: str) -> None:
         self.spec = spec
         super().__init__(f"{option} {spec!r} {problem}")
+
+
+class InputError(EventBusError, ValueError):
+    """Bad input found after argparse (a missing database file, an unknown id): a command
+    prints it as one ``error:`` line and exits with status 2. The commands of ``eventbus``,
+    ``scheduler`` and ``domain`` raise this one."""
 
 
 def load_app(spec: str, kind: type[T], *, option: str = "--app") -> T:

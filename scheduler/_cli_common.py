@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
-from eventbus.cli import AppLoadError, describe_error, load_app
+from eventbus.cli import AppLoadError, InputError, describe_error, load_app
 
 from ._loop import Scheduler
 
@@ -35,10 +35,6 @@ EXIT_FAILED = 1  # trigger: the run failed or was skipped; a database cannot be 
 EXIT_USAGE = 2
 
 Handler = Callable[[argparse.Namespace], int]
-
-
-class InputError(Exception):
-    """Bad input found after argparse: printed as one line, exit code 2."""
 
 
 class OperationalError(Exception):

@@ -20,21 +20,19 @@ import argparse
 import dataclasses
 import json
 import logging
-import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import anyio
 
-from .._core._bus import EventBus
 from .._chain import causation_chain
-from ._streams import StreamsInputError, add_streams_parser
-from ._doctor import add_doctor_parser, doctor
+from .._core._bus import EventBus
 from .._failures import FailureRecord, FailureStatus
 from ..cli import (
     AppLoadError,
+    InputError,
     add_version_option,
     describe_error,
     load_app,
@@ -43,10 +41,12 @@ from ..cli import (
     quiet_broken_pipe,
 )
 from ..extras import explain_missing
+from ._common import DB_HELP, check_table, find_failure, open_store, store_for, when
+from ._doctor import add_doctor_parser, doctor
+from ._streams import add_streams_parser
 
 _NO_SQL: ImportError | None = None
 try:  # the failure table needs the 'sql' extra; --help, --version and doctor do not
-    import sqlalchemy as sa
     from sqlalchemy import exc as sa_exc
 
     from ..backends.sql import SqlFailureStore, database_url, default_db_url, redact_url
@@ -63,16 +63,7 @@ DESCRIPTION = (
     "Inspect, retry and purge the failure table of an eventbus application; operate the "
     "Redis streams of its durable events."
 )
-DB_HELP = (
-    "a database URL (postgresql+asyncpg://user@host/db) or the path of a SQLite file "
-    "(default: $EVENTBUS_DB, else ./eventbus.db)"
-)
-
 Handler = Callable[[argparse.Namespace], Awaitable[int]]
-
-
-class _InputError(Exception):
-    """Bad input found after argparse: printed as one line, exit code 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", parents=[common, filters], help="a table of failures, newest first")
     p.add_argument("--status", choices=[s.value for s in FailureStatus], help="only this status")
-    p.add_argument("--since", type=_when, metavar="WHEN", help="last failed at or after WHEN")
+    p.add_argument("--since", type=when, metavar="WHEN", help="last failed at or after WHEN")
     p.add_argument("--limit", type=positive_int, default=50, metavar="N", help="default: 50")
     p.set_defaults(handler=_list)
 
@@ -123,10 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("purge", parents=[common], help="delete failures")
     p.add_argument("--status", choices=[s.value for s in FailureStatus], help="only this status")
-    p.add_argument("--before", type=_when, metavar="WHEN", help="last failed before WHEN")
+    p.add_argument("--before", type=when, metavar="WHEN", help="last failed before WHEN")
     p.add_argument("--all", action="store_true", help="required to purge without a filter")
     p.set_defaults(handler=_purge)
-    add_streams_parser(commands, db_help=DB_HELP, when=_when)
+    add_streams_parser(commands, db_help=DB_HELP, when=when)
     add_doctor_parser(commands)
     return parser
 
@@ -143,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if _NO_SQL is not None:
             raise _NO_SQL
         return anyio.run(handler, args, backend="asyncio")
-    except (_InputError, StreamsInputError) as exc:
+    except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ImportError as exc:  # an optional library: one line naming the extra
@@ -173,7 +164,7 @@ def _named_db(args: argparse.Namespace) -> str:
 
 
 async def _list(args: argparse.Namespace) -> int:
-    async with await _open(args.db) as store:
+    async with await open_store(args.db) as store:
         records = await store.query(
             status=None if args.status is None else FailureStatus(args.status),
             event=args.event,
@@ -210,8 +201,8 @@ async def _list(args: argparse.Namespace) -> int:
 
 
 async def _show(args: argparse.Namespace) -> int:
-    async with await _open(args.db) as store:
-        rec = await _find(store, args.id)
+    async with await open_store(args.db) as store:
+        rec = await find_failure(store, args.id)
         links = await causation_chain(store, rec)
     chain = [(link.event_id or "…", link.event_name) for link in links]
     if args.json:
@@ -251,17 +242,17 @@ async def _retry(args: argparse.Namespace) -> int:
     try:
         bus = load_app(args.app, EventBus)
     except AppLoadError as exc:
-        raise _InputError(str(exc)) from None
+        raise InputError(str(exc)) from None
     if args.db is not None:
-        bus.failures = _store(args.db)
+        bus.failures = store_for(args.db)
     elif not isinstance(bus.failures, SqlFailureStore):
-        raise _InputError(
+        raise InputError(
             f"the bus from --app {args.app!r} keeps failures in {type(bus.failures).__name__}, "
             "not in SQL; pass --db URL"
         )
     store = bus.failures
     assert isinstance(store, SqlFailureStore)
-    await _check_table(store)
+    await check_table(store)
     logging.getLogger("eventbus.retry").setLevel(logging.ERROR)  # the report below says it all
     if bus.durable is not None:
         bus.durable.active = False  # redeliver dead durable rows; never consume as a replica
@@ -289,8 +280,8 @@ async def _retry(args: argparse.Namespace) -> int:
 
 async def _purge(args: argparse.Namespace) -> int:
     if args.status is None and args.before is None and not args.all:
-        raise _InputError("purge needs --status, --before, or --all to delete every failure")
-    async with await _open(args.db) as store:
+        raise InputError("purge needs --status, --before, or --all to delete every failure")
+    async with await open_store(args.db) as store:
         n = await store.purge(
             status=None if args.status is None else FailureStatus(args.status),
             before=args.before,
@@ -305,83 +296,12 @@ async def _purge(args: argparse.Namespace) -> int:
 # -- helpers -------------------------------------------------------------------------------------
 
 
-def _store(db: str | None) -> SqlFailureStore:
-    """A store on the existing database *db* names (see ``database_url``); creates nothing."""
-    try:  # the URL first (driver, dialect), then the file: connecting would create it
-        store = SqlFailureStore(database_url(db or default_db_url()), create_table=False)
-        database_url(store.engine.url, must_exist=True)
-    except (ValueError, FileNotFoundError) as exc:
-        raise _InputError(f"--db {exc}") from None
-    return store
-
-
-async def _open(db: str | None) -> SqlFailureStore:
-    """A store on an existing database and table; never creates either."""
-    store = _store(db)
-    try:
-        await _check_table(store)
-    except BaseException:
-        await store.aclose()
-        raise
-    return store
-
-
-async def _check_table(store: SqlFailureStore) -> None:
-    """An existing SQLite file (connecting would create it) with the failure table in it."""
-    try:
-        database_url(store.engine.url, must_exist=True)
-    except FileNotFoundError as exc:
-        raise _InputError(str(exc)) from None
-    name = store.table.name
-    async with store.engine.connect() as conn:
-        present = await conn.run_sync(lambda c: sa.inspect(c).has_table(name))
-    if not present:
-        raise _InputError(
-            f"no table {name!r} in {redact_url(store.engine.url)!r}; the application creates "
-            "it when it starts (or call eventbus.backends.sql.create_tables(engine))"
-        )
-
-
-async def _find(store: SqlFailureStore, key: str) -> FailureRecord:
-    rec = await store.get(key)
-    if rec is not None:
-        return rec
-    pattern = key.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    stmt = sa.select(store.table.c.id).where(store.table.c.id.like(pattern, escape="\\")).limit(2)
-    async with store.engine.connect() as conn:
-        ids = list((await conn.execute(stmt)).scalars())
-    if len(ids) > 1:
-        raise _InputError(f"id prefix {key!r} matches several failures; give more characters")
-    rec = await store.get(ids[0]) if ids else None
-    if rec is None:
-        raise _InputError(f"no failure with id {key!r}; 'failures list' shows the ids")
-    return rec
-
-
 def _chain_line(event_id: str, name: str | None, rec: FailureRecord) -> str:
     if event_id == "…":
         return "…  (not known: events between may have left no failure row)"
     what = name or "(no failure recorded for this event: name not known)"
     mark = "  <- this failure" if event_id == rec.event_id else ""
     return f"{event_id}  {what}{mark}"
-
-
-_RELATIVE = re.compile(r"^(\d+)([smhd])$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-
-
-def _when(text: str) -> datetime:
-    """ISO 8601 (naive means UTC) or an age such as ``30m``, ``12h``, ``7d`` before now."""
-    m = _RELATIVE.match(text)
-    if m:
-        return datetime.now(UTC) - timedelta(**{_UNITS[m[2]]: int(m[1])})
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is neither an ISO 8601 time nor an age like 30m, 12h, 7d"
-        ) from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
 def _as_dict(rec: FailureRecord) -> dict[str, Any]:

@@ -19,12 +19,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..cli import describe_error, positive_int
+from ..cli import InputError, describe_error, positive_int
+from ._common import find_failure, open_store
 
 if TYPE_CHECKING:
     from ..durable import RedisStreams
 
-__all__ = ["StreamsInputError", "add_streams_parser"]
+__all__ = ["add_streams_parser"]
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 EXIT_OK, EXIT_ERROR = 0, 1
@@ -124,10 +125,6 @@ def add_streams_parser(
     p.set_defaults(handler=_redrive)
 
 
-class StreamsInputError(Exception):
-    """Bad input found after argparse (printed as one line by the caller, exit code 2)."""
-
-
 def _transport(args: argparse.Namespace, *, db: bool) -> RedisStreams:
     from ..backends.sql import database_url, default_db_url
     from ..durable import DurableOptions, RedisStreams
@@ -138,7 +135,7 @@ def _transport(args: argparse.Namespace, *, db: bool) -> RedisStreams:
         try:
             engine = database_url(getattr(args, "db", None) or default_db_url(), must_exist=True)
         except (ValueError, FileNotFoundError) as exc:
-            raise StreamsInputError(f"--db {exc}") from None
+            raise InputError(f"--db {exc}") from None
     try:
         return RedisStreams(
             url,  # a URL: the transport builds the client and closes it in aclose()
@@ -150,7 +147,7 @@ def _transport(args: argparse.Namespace, *, db: bool) -> RedisStreams:
             check_server=False,
         )
     except ValueError as exc:
-        raise StreamsInputError(f"--redis {url!r} or --prefix: {exc}") from None
+        raise InputError(f"--redis {url!r} or --prefix: {exc}") from None
 
 
 async def _run(args: argparse.Namespace, work: Callable[[RedisStreams], Awaitable[int]]) -> int:
@@ -163,7 +160,7 @@ async def _run(args: argparse.Namespace, work: Callable[[RedisStreams], Awaitabl
     try:
         return await work(streams)
     except ValueError as exc:  # a group or event name that cannot be one
-        raise StreamsInputError(str(exc)) from None
+        raise InputError(str(exc)) from None
     except RedisError as exc:
         print(f"error: Redis failed: {describe_error(exc)}", file=sys.stderr)
         return EXIT_ERROR
@@ -280,7 +277,7 @@ async def _dead(args: argparse.Namespace) -> int:
 
 async def _replay(args: argparse.Namespace) -> int:
     if not args.ids and not args.all:
-        raise StreamsInputError("replay needs --id DEAD_ID (repeatable) or --all")
+        raise InputError("replay needs --id DEAD_ID (repeatable) or --all")
 
     async def work(streams: RedisStreams) -> int:
         new = await streams.replay(args.event, group=args.group, ids=args.ids)
@@ -344,15 +341,13 @@ async def _backfill(args: argparse.Namespace) -> int:
 
 
 async def _redrive(args: argparse.Namespace) -> int:
-    from ._main import _find, _open
-
     async def work(streams: RedisStreams) -> int:
-        store = await _open(args.db)
+        store = await open_store(args.db)
         streams.failures = streams.rt.failures = store
         out: list[dict[str, str | None]] = []
         try:
             for key in args.ids:
-                rec = await _find(store, key)
+                rec = await find_failure(store, key)
                 entry = await streams.redrive(rec, force=args.force)
                 out.append({"failure": rec.id, "group": rec.durable_group, "entry": entry})
                 if not args.json:
