@@ -13,23 +13,21 @@ import sys
 import time
 import weakref
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import anyio.lowlevel
 
-from ._emission import Emission
 from .._events import Event
 from .._exceptions import ListenerTimeoutError
 from .._failures import FailureRecord
+from ._emission import Emission
 from ._listeners import Listener, Outcome
 from ._sink import FailureSink, awaitable_error
 
-if TYPE_CHECKING:
-    from ._pool import QueuedCall
-
 __all__ = [
     "ABORTED",
+    "QueuedCall",
     "absorb_cancel",
     "add_note_once",
     "attempt",
@@ -147,6 +145,23 @@ def call_sync(
         finally:
             if token is not None:
                 attempt.reset(token)
+
+
+class QueuedCall:
+    """One async listener call waiting for (or run by) a worker.
+
+    Its attempts and last error survive a shutdown that cuts it short, for the record.
+    """
+
+    __slots__ = ("attempts", "context", "emission", "last_error", "listener", "scope")
+
+    def __init__(self, listener: Listener, emission: Emission) -> None:
+        self.listener = listener
+        self.emission = emission
+        self.context = contextvars.copy_context()
+        self.attempts = 0
+        self.last_error: BaseException | None = None
+        self.scope: anyio.CancelScope | None = None
 
 
 async def call_async(

@@ -16,16 +16,14 @@ from __future__ import annotations
 import contextvars
 import sys
 from types import CodeType, FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .._events import Event
 from .._failures import new_event_id
 
-if TYPE_CHECKING:
-    from ._nesting import Nesting
-
 __all__ = [
     "Emission",
+    "EmitState",
     "Hop",
     "current_emission",
     "hop",
@@ -126,6 +124,13 @@ class Emission:
         )
 
 
+class EmitState(Protocol):
+    """A bus's nesting state (:class:`~eventbus._core._nesting.Nesting`), as seen from here:
+    declared, not imported, so that the two modules do not import each other."""
+
+    def current(self, frame: FrameType | None = None) -> Emission | None: ...
+
+
 class Hop:
     """One async listener call in progress (a worker's, or one of ``emit_async()``), as the
     context it runs in sees it: :data:`hop` holds it for the call's duration.
@@ -138,7 +143,7 @@ class Hop:
 
     emission: Emission
     #: the bus's nesting state: the call is the cause of that bus's emits only
-    nesting: Nesting
+    nesting: EmitState
     #: the thread's innermost sync emission when the call began (a sync listener may run an
     #: event loop of its own): the call is nested in it
     base: Emission | None
@@ -160,7 +165,7 @@ def register_emit_frame(code: CodeType, *, fast: bool) -> None:
     _emit_frames[code] = fast
 
 
-def is_fast_emit_of(nesting: Nesting, frame: FrameType | None) -> bool:
+def is_fast_emit_of(nesting: EmitState, frame: FrameType | None) -> bool:
     """Whether the innermost emit of *nesting*'s bus on the stack from *frame* up is a
     fast-path one (then this thread holds the bus's slot: see :mod:`eventbus._core._nesting`)."""
     while frame is not None:
@@ -182,7 +187,7 @@ def current_emission() -> Emission | None:
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code in _emit_frames:
-            nesting: Nesting | None = frame.f_locals.get("nesting")
+            nesting: EmitState | None = frame.f_locals.get("nesting")
             if nesting is not None:
                 found = nesting.current(frame)
                 if found is not None:

@@ -19,9 +19,9 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ._calls import call_async
-from ._emission import Emission
 from .._exceptions import ListenerDroppedError, ListenerShutdownError
+from ._calls import QueuedCall, call_async
+from ._emission import Emission
 from ._listeners import Listener
 from ._nesting import Nesting
 from ._sink import FailureSink
@@ -29,23 +29,6 @@ from ._sink import FailureSink
 __all__ = ["QueuedCall", "WorkerPool", "run_in_context"]
 
 T = TypeVar("T")
-
-
-class QueuedCall:
-    """One async listener call waiting for (or run by) a worker.
-
-    Its attempts and last error survive a shutdown that cuts it short, for the record.
-    """
-
-    __slots__ = ("attempts", "context", "emission", "last_error", "listener", "scope")
-
-    def __init__(self, listener: Listener, emission: Emission) -> None:
-        self.listener = listener
-        self.emission = emission
-        self.context = contextvars.copy_context()
-        self.attempts = 0
-        self.last_error: BaseException | None = None
-        self.scope: anyio.CancelScope | None = None
 
 
 @types.coroutine
