@@ -60,8 +60,8 @@ from ._exceptions import WrongThreadError as WrongThreadError
 from ._failures import FailureRecord as FailureRecord
 from ._failures import FailureStatus as FailureStatus
 from ._patterns import matches as matches
+from ._public import show_as_module
 from .backends.memory import MemoryFailureStore as MemoryFailureStore
-from .lazy import show_as_module
 
 __all__ = [
     "BusNotRunningError",

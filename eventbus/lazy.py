@@ -12,6 +12,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ._public import show_as_module
+
 __all__ = ["lazy_exports", "show_as_module"]
 
 
@@ -44,27 +46,4 @@ def lazy_exports(
     return __getattr__, __dir__
 
 
-def show_as_module(
-    module: str, *objects: object, within: str | None = None, public_too: bool = False
-) -> None:
-    """Show *objects* as defined in *module*, the path users import them from: reprs,
-    tracebacks and a failure row's ``error_type`` then read ``eventbus.EventBus``, not the
-    private module that defines it.
-
-    :param within: the package whose modules' objects are renamed (default: *module*);
-        the objects of other packages (a re-exported ``typing`` alias) keep their path
-    :param public_too: rename those defined in public modules of *within* too (``eventbus``
-        shows ``eventbus.MemoryFailureStore``); by default only those of private ones (a
-        ``_name`` in their path)
-    """
-    prefix = f"{within or module}."
-    for obj in objects:
-        own = getattr(obj, "__module__", None)
-        if not isinstance(own, str) or not own.startswith(prefix):
-            continue
-        if not public_too and not any(p.startswith("_") for p in own[len(prefix) :].split(".")):
-            continue
-        try:
-            obj.__module__ = module
-        except (AttributeError, TypeError):  # a constant, or a type that keeps its own
-            pass
+show_as_module(__name__, show_as_module, within="eventbus")

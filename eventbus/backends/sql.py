@@ -18,8 +18,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from .._public import show_as_module
 from ..extras import missing_extra
-from ..lazy import show_as_module
 
 if _missing := missing_extra(__name__, "sql"):
     raise _missing

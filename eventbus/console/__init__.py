@@ -16,8 +16,8 @@ and the security headers (a CSP without inline script, no framing).
 
 from __future__ import annotations
 
+from .._public import show_as_module
 from ..extras import missing_extra
-from ..lazy import show_as_module
 
 if _missing := missing_extra(__name__, "web"):
     raise _missing

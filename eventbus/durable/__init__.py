@@ -5,8 +5,8 @@ Importing this package loads SQLAlchemy and redis; ``import eventbus`` does not.
 
 from __future__ import annotations
 
+from .._public import show_as_module
 from ..extras import missing_extra
-from ..lazy import show_as_module
 
 if _missing := missing_extra(__name__, "redis", "sql"):
     raise _missing

@@ -34,8 +34,8 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Literal, Self, cast
 
+from .._public import show_as_module
 from ..extras import missing_extra
-from ..lazy import show_as_module
 
 if _missing := missing_extra(__name__, "pyee"):
     raise _missing
