@@ -12,12 +12,15 @@ from typing import TYPE_CHECKING
 
 from eventbus.lazy import lazy_exports, show_as_module
 
-from ._clock import SystemClock as SystemClock
-from ._clock import VirtualClock as VirtualClock
 from ._context import RunContext as RunContext
 from ._context import TraceIdFilter as TraceIdFilter
 from ._context import current_run as current_run
 from ._context import current_trace_id as current_trace_id
+from ._core._clock import SystemClock as SystemClock
+from ._core._clock import VirtualClock as VirtualClock
+from ._core._loop import Scheduler as Scheduler
+from ._core._loop import SchedulerStatistics as SchedulerStatistics
+from ._core._registry import PauseScope as PauseScope
 from ._cron import CronExpression as CronExpression
 from ._cron import min_interval as min_interval
 from ._cron import validate_cron as validate_cron
@@ -37,10 +40,7 @@ from ._exceptions import SchedulerError as SchedulerError
 from ._jobs import Job as Job
 from ._jobs import JobDefinition as JobDefinition
 from ._jobs import JobOptions as JobOptions
-from ._loop import Scheduler as Scheduler
-from ._loop import SchedulerStatistics as SchedulerStatistics
 from ._records import RunRecord as RunRecord
-from ._registry import PauseScope as PauseScope
 from ._triggers import AtTrigger as AtTrigger
 from ._triggers import CronTrigger as CronTrigger
 from ._triggers import IntervalTrigger as IntervalTrigger

@@ -15,11 +15,11 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Literal, Unpack
 
-from ._cron import CronExpression
-from ._exceptions import IntervalTooShortError, JobLookupError
-from ._jobs import Job, JobDefinition, JobFunction, JobOptions
-from ._triggers import AnyTrigger, AtTrigger, CronTrigger, IntervalTrigger, TimeoutTrigger
-from .abc import JobSource
+from .._cron import CronExpression
+from .._exceptions import IntervalTooShortError, JobLookupError
+from .._jobs import Job, JobDefinition, JobFunction, JobOptions
+from .._triggers import AnyTrigger, AtTrigger, CronTrigger, IntervalTrigger, TimeoutTrigger
+from ..abc import JobSource
 
 __all__ = ["JobRegistry", "PauseScope"]
 

@@ -33,19 +33,19 @@ from anyio.abc import TaskGroup
 
 from eventbus import EventBus
 
+from .._events import BusEmitter
+from .._jobs import Job, JobDefinition, JobFunction
+from .._records import RunRecord, TriggerKind
+from ..abc import Clock, JobSource, Lock, RunStore
+from ..backends.local import MemoryRunStore
 from ._catch_up import CatchUp, needs_catch_up
 from ._clock import SystemClock, call_before
-from ._events import BusEmitter
 from ._guards import RunControl
-from ._jobs import Job, JobDefinition, JobFunction
-from ._records import RunRecord, TriggerKind
 from ._registry import JobRegistry
 from ._runner import Runner
 from ._settle import Settler
 from ._tasks import TaskTracker
 from ._timetable import Timetable
-from .abc import Clock, JobSource, Lock, RunStore
-from .backends.local import MemoryRunStore
 
 __all__ = ["Scheduler", "SchedulerStatistics"]
 

@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from ._jobs import Job
+from .._jobs import Job
+from .._triggers import AtTrigger, TimeoutTrigger
 from ._runner import Runner
-from ._triggers import AtTrigger, TimeoutTrigger
 
 __all__ = ["CatchUp", "CatchUpPlan", "needs_catch_up", "plan_catch_up"]
 

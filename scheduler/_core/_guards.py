@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .._context import RunContext
 from ._clock import call_before
-from ._context import RunContext
 
 if TYPE_CHECKING:
-    from .abc import Clock, Lease
+    from ..abc import Clock, Lease
 
 __all__ = ["Renewal", "RunControl", "call_guarded"]
 

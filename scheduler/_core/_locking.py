@@ -18,8 +18,8 @@ from datetime import datetime, timedelta
 
 import anyio
 
-from ._jobs import Job
-from .abc import Clock, Lease, Lock, RunStore
+from .._jobs import Job
+from ..abc import Clock, Lease, Lock, RunStore
 
 __all__ = ["LockStep", "slots"]
 

@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 from eventbus.cli import positive_int
 
-from ._cli_common import (
+from .._core._loop import Scheduler
+from .._cron import CronExpression
+from .._jobs import JobDefinition
+from .._records import RunRecord
+from .._triggers import AnyTrigger, CronTrigger
+from ..abc import RunStore
+from ._common import (
     EXIT_OK,
     InputError,
     add_db,
@@ -25,12 +31,6 @@ from ._cli_common import (
     open_database,
     reading,
 )
-from ._cron import CronExpression
-from ._jobs import JobDefinition
-from ._loop import Scheduler
-from ._records import RunRecord
-from ._triggers import AnyTrigger, CronTrigger
-from .abc import RunStore
 
 __all__ = ["add_jobs", "add_pause_resume"]
 
@@ -141,7 +141,7 @@ async def _rows_from_app(args: argparse.Namespace) -> list[_Row]:
 async def _rows_from_table(args: argparse.Namespace) -> list[_Row]:
     import sqlalchemy as sa
 
-    from .backends.sql import SqlJobStore, SqlRunStore
+    from ..backends.sql import SqlJobStore, SqlRunStore
 
     engine = open_database(args.db)
     async with reading(engine, "jobs"):
@@ -249,7 +249,7 @@ async def _store_paused(args: argparse.Namespace, paused: bool) -> bool:
 
     from eventbus.backends.sql import redact_url
 
-    from .backends.sql import SqlJobStore
+    from ..backends.sql import SqlJobStore
 
     engine = open_database(args.db)
     where = redact_url(engine.url)

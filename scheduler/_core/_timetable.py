@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from ._jobs import Job
+from .._jobs import Job
 
 __all__ = ["Timetable"]
 

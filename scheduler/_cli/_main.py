@@ -29,7 +29,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from eventbus.cli import add_version_option, positive_int, prog_name, quiet_broken_pipe
 from eventbus.extras import explain_missing
 
-from ._cli_common import (
+from .._cron import CronExpression
+from .._exceptions import CronSyntaxError
+from .._records import RunRecord
+from ._common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
@@ -42,10 +45,7 @@ from ._cli_common import (
     open_database,
     reading,
 )
-from ._cli_jobs import add_jobs, add_pause_resume
-from ._cron import CronExpression
-from ._exceptions import CronSyntaxError
-from ._records import RunRecord
+from ._jobs import add_jobs, add_pause_resume
 
 __all__ = ["build_parser", "main"]
 
@@ -215,7 +215,7 @@ def _result(record: RunRecord) -> str:
 
 
 async def _query_runs(args: argparse.Namespace) -> list[RunRecord]:
-    from .backends.sql import SqlRunStore
+    from ..backends.sql import SqlRunStore
 
     engine = open_database(args.db)
     async with reading(engine, "runs"):

@@ -16,17 +16,17 @@ import anyio
 
 from eventbus import Event
 
-from ._context import RunContext, _current_run
-from ._events import LockLost, RunFailed, RunSkipped, RunStarted, RunSucceeded
-from ._exceptions import LockLostError, RunCancelledError, RunTimeoutError
+from .._context import RunContext, _current_run
+from .._events import LockLost, RunFailed, RunSkipped, RunStarted, RunSucceeded
+from .._exceptions import LockLostError, RunCancelledError, RunTimeoutError
+from .._jobs import Job
+from .._records import RunRecord, TriggerKind
+from .._results import encode_result
 from ._guards import Renewal, RunControl, call_guarded
-from ._jobs import Job
 from ._locking import LockStep
-from ._records import RunRecord, TriggerKind
-from ._results import encode_result
 
 if TYPE_CHECKING:
-    from .abc import Clock, Lease, Lock, RunStore
+    from ..abc import Clock, Lease, Lock, RunStore
 
 __all__ = ["RunCounters", "Runner"]
 

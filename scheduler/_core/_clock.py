@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 import anyio
 
 if TYPE_CHECKING:
-    from .abc import Clock
+    from ..abc import Clock
 
 __all__ = ["SystemClock", "VirtualClock", "call_before"]
 

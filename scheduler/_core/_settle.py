@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from .abc import Clock, Lock
+from ..abc import Clock, Lock
 
 __all__ = ["SETTLE_RETRY", "Settler"]
 

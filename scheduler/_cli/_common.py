@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from eventbus.cli import AppLoadError, InputError, describe_error, load_app
 
-from ._loop import Scheduler
+from .._core._loop import Scheduler
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
