@@ -10,9 +10,10 @@ as trio holds its upper layers to the public API of ``trio._core``:
 * what it takes from another package's module is in that module's ``__all__`` (or is one of
   its public submodules).
 
-Inside ``eventbus`` the layers go one way too (:data:`INNER`): the engine (``eventbus._core``)
-knows nothing of the durable transport, the console, the interop modules or the CLI, and the
-durable transport nothing of the console or the CLI. And no module of the three packages
+Inside the packages the layers go one way too (:data:`INNER`): the engine (``eventbus._core``)
+knows nothing of the durable transport, the console, the interop modules or the CLI; the
+durable transport nothing of the console or the CLI; the scheduler's engine nothing of its
+CLI or console pages; and each package's model (:data:`MODEL`) nothing of its engine. And no module of the three packages
 imports itself back through others: :func:`test_no_import_cycle` fails on any cycle, imports
 under ``TYPE_CHECKING`` and inside functions included (a type-only cycle is a knot a reader
 has to untie all the same, and one ``from`` moved out of ``TYPE_CHECKING`` makes it real).
@@ -102,7 +103,7 @@ def test_imports_go_down_the_layers_through_public_names(path: Path) -> None:
             id="core-imports-domain",
         ),
         pytest.param(
-            "scheduler._loop",
+            "scheduler._core._loop",
             "import domain.events",
             "scheduler must not import domain",
             id="scheduler-imports-domain",
@@ -139,7 +140,7 @@ def test_imports_go_down_the_layers_through_public_names(path: Path) -> None:
         ),
         pytest.param(
             "domain.app",
-            "def f():\n    from scheduler._loop import Scheduler",
+            "def f():\n    from scheduler._core._loop import Scheduler",
             "a private module of scheduler",
             id="inside-a-function",
         ),
@@ -166,7 +167,20 @@ def test_the_check_lets_public_downward_imports_through(module: str, source: str
 
 # -- the layers inside eventbus ------------------------------------------------------------------
 
-#: a part of eventbus -> the parts it must not import (a name covers its submodules)
+#: the model of each package: what its engine works on, which knows nothing of the engine
+MODEL = {
+    "eventbus": [
+        f"eventbus.{name}"
+        for name in ("_events", "_exceptions", "_failures", "_codec", "_chain", "_patterns")
+    ],
+    "scheduler": [
+        f"scheduler.{name}"
+        for name in ("_jobs", "_triggers", "_cron", "_cron_fields", "_records", "_results")
+    ]
+    + ["scheduler._context", "scheduler._events", "scheduler._exceptions"],
+}
+
+#: a part -> the parts it must not import (a name covers its submodules)
 INNER = {
     "eventbus._core": [
         "eventbus.durable",
@@ -177,6 +191,12 @@ INNER = {
     ],
     "eventbus.durable": ["eventbus.console", "eventbus.interop", "eventbus._cli"],
     "eventbus.backends": ["eventbus.durable", "eventbus.console", "eventbus._cli"],
+    "scheduler._core": ["scheduler._cli", "scheduler.console"],
+    **{
+        model: ["eventbus._core", "eventbus.durable", "eventbus.console", "eventbus._cli"]
+        for model in MODEL["eventbus"]
+    },
+    **{model: ["scheduler._core", "scheduler._cli"] for model in MODEL["scheduler"]},
 }
 
 
@@ -199,11 +219,13 @@ def inner_violations(source: str, module: str, *, is_package: bool = False) -> l
     return out
 
 
-EVENTBUS_SOURCES = sorted((ROOT / "eventbus").rglob("*.py"))
+INNER_SOURCES = sorted(
+    p for package in ("eventbus", "scheduler") for p in (ROOT / package).rglob("*.py")
+)
 
 
-@pytest.mark.parametrize("path", EVENTBUS_SOURCES, ids=lambda p: module_name(p))
-def test_the_engine_and_the_transport_import_nothing_above_them(path: Path) -> None:
+@pytest.mark.parametrize("path", INNER_SOURCES, ids=lambda p: module_name(p))
+def test_each_layer_imports_nothing_above_it(path: Path) -> None:
     found = inner_violations(
         path.read_text(), module_name(path), is_package=path.name == "__init__.py"
     )
