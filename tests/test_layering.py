@@ -11,12 +11,13 @@ as trio holds its upper layers to the public API of ``trio._core``:
   its public submodules).
 
 Inside the packages the layers go one way too (:data:`INNER`): the engine (``eventbus._core``)
-knows nothing of the durable transport, the console, the interop modules or the CLI; the
-durable transport nothing of the console or the CLI; the scheduler's engine nothing of its
-CLI or console pages; and each package's model (:data:`MODEL`) nothing of its engine. And no module of the three packages
-imports itself back through others: :func:`test_no_import_cycle` fails on any cycle, imports
-under ``TYPE_CHECKING`` and inside functions included (a type-only cycle is a knot a reader
-has to untie all the same, and one ``from`` moved out of ``TYPE_CHECKING`` makes it real).
+knows nothing of the durable transport, the console, the interop modules or the CLI; the durable
+transport nothing of the console or the CLI; the scheduler's engine nothing of its CLI or
+console pages; and each package's model (:data:`MODEL`) nothing of its engine. And no module of
+the three packages imports itself back through others: :func:`test_no_import_cycle` fails on any
+cycle, imports under ``TYPE_CHECKING`` and inside functions included (a type-only cycle is a
+knot a reader has to untie all the same, and one ``from`` moved out of ``TYPE_CHECKING`` makes
+it real).
 """
 
 from __future__ import annotations
