@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from ._exceptions import EventBusError
+from ._failures import describe_error
+from ._public import show_as_module
 
 __all__ = [
     "AppLoadError",
@@ -106,18 +108,6 @@ def load_app(spec: str, kind: type[T], *, option: str = "--app") -> T:
     return obj
 
 
-def describe_error(exc: BaseException) -> str:
-    """``Type: first line of the message``, for an ``error:`` line or a log line.
-
-    For a SQLAlchemy error, the driver's own error (``.orig``): SQLAlchemy's text would add
-    the statement and every parameter of the batch.
-    """
-    orig = getattr(exc, "orig", None)
-    shown = orig if isinstance(orig, BaseException) else exc
-    lines = str(shown).strip().splitlines()
-    return f"{type(shown).__name__}: {lines[0] if lines else ''}".rstrip(": ")
-
-
 def positive_int(text: str) -> int:
     """An argparse ``type=``: a whole number, 1 or more (``--limit``, ``-n``).
 
@@ -201,3 +191,7 @@ def add_version_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--version", action=_VersionAction, help="print the version of eventbus and exit"
     )
+
+
+# Written beside the failure records it also serves (the backends' log lines use it).
+show_as_module(__name__, describe_error, within="eventbus")

@@ -191,7 +191,7 @@ INNER = {
         "eventbus.cli",
     ],
     "eventbus.durable": ["eventbus.console", "eventbus.interop", "eventbus._cli"],
-    "eventbus.backends": ["eventbus.durable", "eventbus.console", "eventbus._cli"],
+    "eventbus.backends": ["eventbus.durable", "eventbus.console", "eventbus._cli", "eventbus.cli"],
     "scheduler._core": ["scheduler._cli", "scheduler.console"],
     **{
         model: ["eventbus._core", "eventbus.durable", "eventbus.console", "eventbus._cli"]

@@ -13,8 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .._core._log_limit import LogLimiter
-from .._failures import FailureRecord
-from ..cli import describe_error
+from .._failures import FailureRecord, describe_error
 
 __all__ = ["WriterLog"]
 
