@@ -15,9 +15,9 @@ from redis.exceptions import RedisClusterException, RedisError
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from .._core._log_limit import LogLimiter
 from .._events import Event, EventRegistry
 from .._failures import FailureRecord
-from .._log_limit import LogLimiter
 from ..abc import FailureStore
 from ._inbox import Inbox
 from ._keys import StreamKeys
