@@ -107,7 +107,10 @@ async def test_a_consumer_and_a_relay_go_on_after_a_postgresql_outage(
                 own_postgres.resume()
         back = time.monotonic()
         await wait_until(
-            lambda: _settled(engine, url, seen), what="every event handled or dead", within=AFTER
+            lambda: _settled(engine, url, seen),
+            what="every event handled or dead",
+            within=AFTER,
+            every=0.25,  # each look opens the failure store
         )
         settled_after = time.monotonic() - back
         await wait_until(lambda: _nothing_pending(client), what="no entry pending", within=10)
