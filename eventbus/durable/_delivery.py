@@ -29,7 +29,7 @@ from ._envelope import MAX_FIELDS, DeadInfo, Envelope, EnvelopeError, raw_value
 from ._events import DeadLettered
 from ._exceptions import DeliveriesExhaustedError
 from ._group import Entry, Group
-from ._link import DurableLink, failure_id
+from ._link import DurableLink, failure_id, link_of
 from ._runtime import REDIS_ERRORS, logger, utcnow
 
 __all__ = ["deliver"]
@@ -116,8 +116,10 @@ def _handed_back(group: Group, entry: Entry) -> DeadInfo | None:
 
 
 def _owns(group: Group, row: FailureRecord | None) -> bool:
-    """Whether *row* is a failure row of this group (one it may resolve or update)."""
-    return row is not None and row.durable_group == group.name
+    """Whether *row* is a failure row of this group (one it may resolve or update); a row
+    written before the ``durable_*`` columns existed says so in its note."""
+    link = link_of(row) if row is not None else None
+    return link is not None and link.group == group.name
 
 
 async def _call(group: Group, event: Event, env: Envelope) -> bool:

@@ -170,3 +170,29 @@ async def test_an_entry_with_thousands_of_fields_is_dead_lettered_with_its_envel
     assert b"4006 fields, more than the 64 allowed" in dead[b"dead_error"]
     [row] = await store.query()
     assert row.status is FailureStatus.DEAD and "4006 fields" in row.message
+
+
+async def test_a_row_of_the_group_written_before_the_durable_columns_is_still_resolved(
+    make_streams: Factory, engine: AsyncEngine, client: Redis
+) -> None:
+    """A row that names its group in its note only (written by an older version) belongs to
+    the group too: its redelivery resolves it."""
+    store = MemoryFailureStore()
+    note = "durable group=svc:grant stream=eventbus:evt:{order.paid} entry=1-1 deliveries=3"
+    legacy = make_record(7).replace(status=FailureStatus.PENDING, note=note)
+    store.record(legacy)
+    got: list[int] = []
+    streams = running(make_streams, store, got)
+    restream = streams.keys.redeliver("order.paid", "svc:grant")
+    async with streams:
+        await client.xadd(restream, {**GOOD, "event_id": legacy.event_id, **forged(legacy)})
+        await wait_until(lambda: got == [2], what="the redelivered event")
+        await wait_until(_resolved(store, legacy.id), what="the row resolved")
+
+
+def _resolved(store: MemoryFailureStore, fid: str) -> Any:
+    async def check() -> bool:
+        row = await store.get(fid)
+        return row is not None and row.status is FailureStatus.RESOLVED
+
+    return check
