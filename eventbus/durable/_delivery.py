@@ -25,7 +25,7 @@ from .._events import Event
 from .._exceptions import ListenerTimeoutError
 from .._failures import FailureRecord, FailureStatus, safe_str
 from ._context import Delivery, delivery_var
-from ._envelope import MAX_FIELDS, DeadInfo, Envelope, EnvelopeError, raw_value
+from ._envelope import MAX_FIELDS, DeadInfo, Envelope, EnvelopeError, raw_value, shorten
 from ._events import DeadLettered
 from ._exceptions import DeliveriesExhaustedError
 from ._group import Entry, Group
@@ -60,7 +60,7 @@ def _envelope(group: Group, entry: Entry) -> Envelope:
     env = Envelope.from_fields(entry.id, entry.fields)
     wanted = group.listener.event_name
     if env.name != wanted:
-        raise EnvelopeError(entry.id, f"it is an event for {env.name!r}, not for {wanted!r}")
+        raise EnvelopeError(entry.id, f"it is an event for {shorten(env.name)}, not for {wanted!r}")
     return env
 
 
@@ -106,7 +106,7 @@ def _handed_back(group: Group, entry: Entry) -> DeadInfo | None:
     """The ``dead_*`` fields of an entry handed back to this group, which name its failure
     row; ``None`` for any other entry. Fields on the event's own stream, or naming another
     group, are ignored: whoever can write to Redis could otherwise resolve or overwrite any
-    failure row (:func:`_own_row` checks the row itself)."""
+    failure row (:func:`_owns` checks the row itself)."""
     if entry.stream != group.restream:
         return None
     dead = DeadInfo.from_fields(entry.fields)

@@ -17,7 +17,7 @@ from typing import Any
 
 from .._exceptions import EventBusError
 
-__all__ = ["DeadInfo", "Envelope", "EnvelopeError", "raw_value", "text_fields"]
+__all__ = ["DeadInfo", "Envelope", "EnvelopeError", "raw_value", "shorten", "text_fields"]
 
 VERSION = "1"
 _OPTIONAL = ("aggregate_key", "causation_id", "correlation_id", "headers")
@@ -170,7 +170,8 @@ class Envelope:
             raise EnvelopeError(entry_id, bad)
         version = fields.get("v")
         if version != VERSION:
-            raise EnvelopeError(entry_id, f"version {version!r}, expected {VERSION!r}")
+            shown = "None" if version is None else shorten(version)
+            raise EnvelopeError(entry_id, f"version {shown}, expected {VERSION!r}")
         headers = fields.get("headers")
         if headers is not None and not _is_header_object(headers):
             shown = headers[:80]

@@ -82,6 +82,8 @@ CASES = {
     "missing-occurred_at": Garbage(without("occurred_at"), "field 'occurred_at' is missing"),
     "missing-payload": Garbage(without("payload"), "field 'payload' is missing"),
     "other-event": Garbage({**GOOD, "name": "order.refunded"}, "for 'order.refunded'"),
+    "name-10k": Garbage({**GOOD, "name": "n" * 10_000}, "(10000 characters), not for"),
+    "version-10k": Garbage({**GOOD, "v": "9" * 10_000}, "(10000 characters), expected '1'"),
     "seq-text": Garbage({**GOOD, "seq": "x"}, "seq 'x' is not an int"),
     "seq-float": Garbage({**GOOD, "seq": "1.5"}, "seq '1.5' is not an int"),
     "seq-past-int64": Garbage({**GOOD, "seq": str(2**63)}, "does not fit 64 bits"),
