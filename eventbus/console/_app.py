@@ -190,13 +190,29 @@ class Console:
             Mount("/static", StaticFiles(packages=[("eventbus.console", "static")])),
         ]
         for page in self.pages:
-            for route in page.routes():
-                path = f"/{page.slug}{route.path}"
-                if isinstance(route, View):
-                    routes.append(Route(path, self._view_endpoint(route), methods=["GET"]))
-                else:
-                    routes.append(Route(path, self._action_endpoint(route), methods=["POST"]))
+            routes += self._page_routes(page)
         return Starlette(routes=routes, exception_handlers={HTTPException: self._http_error})
+
+    def _page_routes(self, page: ConsolePage) -> list[BaseRoute]:
+        """The page's actions first, then its views: Starlette takes the first route whose
+        path *and* method match, so a ``GET`` of ``/failures/retry`` would otherwise be the
+        view ``/failures/{failure_id}`` (a 404 "no such failure") rather than a 405. Every
+        other method of an action's path is a 405, unless a view has that very path (the
+        purge form)."""
+        declared = list(page.routes())
+        views = [r for r in declared if isinstance(r, View)]
+        actions = [r for r in declared if isinstance(r, Action)]
+        view_paths = {v.path for v in views}
+        routes: list[BaseRoute] = []
+        for action in actions:
+            path = f"/{page.slug}{action.path}"
+            routes.append(Route(path, self._action_endpoint(action), methods=["POST"]))
+            if action.path not in view_paths:
+                routes.append(Route(path, _post_only))
+        for view in views:
+            path = f"/{page.slug}{view.path}"
+            routes.append(Route(path, self._view_endpoint(view), methods=["GET"]))
+        return routes
 
     def _context(self, request: Request, session: Session | None) -> dict[str, Any]:
         return {
@@ -398,3 +414,8 @@ class Console:
         )
         response.headers.update(exc.headers or {})
         return response
+
+
+async def _post_only(request: Request) -> Response:
+    """Any method but ``POST`` on an action's path."""
+    raise HTTPException(405, headers={"Allow": "POST"})
