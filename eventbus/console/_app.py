@@ -16,7 +16,7 @@ import jinja2
 from starlette.applications import Starlette
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
@@ -396,6 +396,13 @@ class Console:
         """The request's form, or the page that says what is wrong with it."""
         try:
             return await read_form(request)
+        except ClientDisconnect:  # nobody reads the answer; a traceback would be noise
+            logger.info(
+                "the client hung up while sending the form of %s %s",
+                request.method,
+                request.url.path,
+            )
+            return Response(status_code=400)
         except ActionError as exc:
             return self._page(
                 request, "error.html", status=exc.status, title="Bad form", message=exc.message
