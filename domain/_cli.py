@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import exc as sa_exc
 
@@ -25,6 +25,9 @@ from eventbus.backends.sql import database_url, make_engine, redact_url
 from eventbus.cli import describe_error
 
 from .exceptions import AdminTokenError
+
+if TYPE_CHECKING:
+    from .web import WebConfig
 
 __all__ = [
     "EXIT_FAILED",
@@ -197,8 +200,25 @@ def _serve(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
         logger.warning("EVENTBUS_CONSOLE_TOKEN is not set: the /ops console is disabled")
     else:
         logger.info("the operator console is at http://%s:%d/ops", args.host, args.port)
-    uvicorn.run(web, host=args.host, port=args.port, log_level="info")
+    uvicorn.run(web, **server_options(config, host=args.host, port=args.port))
     return 0
+
+
+def server_options(config: WebConfig, *, host: str, port: int) -> dict[str, Any]:
+    """The options of ``uvicorn.run``: forwarded headers believed only from the configured
+    proxies.
+
+    uvicorn's defaults (``proxy_headers=True``, ``forwarded_allow_ips="127.0.0.1"``) rewrite
+    the client address from the ``X-Forwarded-For`` of any peer on loopback: any local
+    process, or a client of a same-host proxy that passes the header on, would choose the
+    address that the login throttle counts and the action log records.
+    """
+    trusted = config.trusted_proxies
+    options: dict[str, Any] = {"host": host, "port": port, "log_level": "info"}
+    options["proxy_headers"] = trusted is not None
+    if trusted is not None:
+        options["forwarded_allow_ips"] = trusted
+    return options
 
 
 def _sole_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:

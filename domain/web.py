@@ -94,6 +94,11 @@ class WebConfig:
     :param console_read_only: the console shows everything and allows no action
     :param on_start: awaited with the running :class:`App` before the first request (the demo
         seeds its data this way)
+    :param trusted_proxies: the reverse proxies (addresses or networks, comma-separated, as
+        uvicorn's ``--forwarded-allow-ips``) whose ``X-Forwarded-For`` and
+        ``X-Forwarded-Proto`` ``python -m domain.web`` believes; ``None``: nobody's, not even
+        a peer on loopback (the client address counts views and login attempts, and is
+        written in the console's action log)
     """
 
     db: str | Path = "eventbus-web.db"
@@ -106,6 +111,7 @@ class WebConfig:
     console_token: str | None = dataclasses.field(default=None, repr=False)
     console_read_only: bool = False
     on_start: Callable[[App], Awaitable[None]] | None = None
+    trusted_proxies: str | None = None
 
     def __post_init__(self) -> None:
         if self.console_token is not None and self.console_token.strip() == "":
@@ -125,7 +131,8 @@ class WebConfig:
     def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides: Any) -> WebConfig:
         """``EVENTBUS_WEB_DB``, ``EVENTBUS_REDIS_URL``, ``EVENTBUS_ADMIN_TOKEN``,
         ``EVENTBUS_PUBLIC_URL``, ``EVENTBUS_CONSOLE_TOKEN``, ``EVENTBUS_CONSOLE_READ_ONLY``
-        (``1``: read-only); keyword arguments win over the environment."""
+        (``1``: read-only), ``EVENTBUS_TRUSTED_PROXIES``; keyword arguments win over the
+        environment."""
         values: dict[str, Any] = {
             "db": environ.get("EVENTBUS_WEB_DB", "eventbus-web.db"),
             "redis_url": environ.get("EVENTBUS_REDIS_URL") or None,
@@ -133,6 +140,7 @@ class WebConfig:
             "public_url": environ.get("EVENTBUS_PUBLIC_URL") or None,
             "console_token": environ.get("EVENTBUS_CONSOLE_TOKEN") or None,
             "console_read_only": environ.get("EVENTBUS_CONSOLE_READ_ONLY", "") == "1",
+            "trusted_proxies": environ.get("EVENTBUS_TRUSTED_PROXIES") or None,
         }
         values.update(overrides)
         return cls(**values)
