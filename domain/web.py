@@ -94,6 +94,8 @@ class WebConfig:
     :param console_read_only: the console shows everything and allows no action
     :param on_start: awaited with the running :class:`App` before the first request (the demo
         seeds its data this way)
+    :param allow_intranet_links: short links may lead to loopback, link-local and private
+        addresses (for an intranet's own shortener); refused by default
     :param trusted_proxies: the reverse proxies (addresses or networks, comma-separated, as
         uvicorn's ``--forwarded-allow-ips``) whose ``X-Forwarded-For`` and
         ``X-Forwarded-Proto`` ``python -m domain.web`` believes; ``None``: nobody's, not even
@@ -112,6 +114,7 @@ class WebConfig:
     console_read_only: bool = False
     on_start: Callable[[App], Awaitable[None]] | None = None
     trusted_proxies: str | None = None
+    allow_intranet_links: bool = False
 
     def __post_init__(self) -> None:
         if self.console_token is not None and self.console_token.strip() == "":
@@ -131,8 +134,8 @@ class WebConfig:
     def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides: Any) -> WebConfig:
         """``EVENTBUS_WEB_DB``, ``EVENTBUS_REDIS_URL``, ``EVENTBUS_ADMIN_TOKEN``,
         ``EVENTBUS_PUBLIC_URL``, ``EVENTBUS_CONSOLE_TOKEN``, ``EVENTBUS_CONSOLE_READ_ONLY``
-        (``1``: read-only), ``EVENTBUS_TRUSTED_PROXIES``; keyword arguments win over the
-        environment."""
+        (``1``: read-only), ``EVENTBUS_TRUSTED_PROXIES``, ``EVENTBUS_ALLOW_INTRANET_LINKS``
+        (``1``: allowed); keyword arguments win over the environment."""
         values: dict[str, Any] = {
             "db": environ.get("EVENTBUS_WEB_DB", "eventbus-web.db"),
             "redis_url": environ.get("EVENTBUS_REDIS_URL") or None,
@@ -141,6 +144,7 @@ class WebConfig:
             "console_token": environ.get("EVENTBUS_CONSOLE_TOKEN") or None,
             "console_read_only": environ.get("EVENTBUS_CONSOLE_READ_ONLY", "") == "1",
             "trusted_proxies": environ.get("EVENTBUS_TRUSTED_PROXIES") or None,
+            "allow_intranet_links": environ.get("EVENTBUS_ALLOW_INTRANET_LINKS", "") == "1",
         }
         values.update(overrides)
         return cls(**values)
@@ -159,7 +163,8 @@ def create_app(config: WebConfig | None = None) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(web: Starlette) -> AsyncIterator[None]:
-        async with App.embedded(cfg.db, redis_url=cfg.redis_url, **cfg.app_options) as app:
+        options = {"allow_intranet_links": cfg.allow_intranet_links, **cfg.app_options}
+        async with App.embedded(cfg.db, redis_url=cfg.redis_url, **options) as app:
             if cfg.refill_on_start and await app.links.idle_codes() == 0:
                 await app.scheduler.trigger("refill_pool")
             web.state.domain = app
