@@ -226,6 +226,7 @@ class Console:
             "request": request,
             "url": lambda path="/", **q: console_url(request, path, **q),
             "done": None,
+            "notices": [],  # banners of trouble (a failure store that does not answer)
         }
 
     def _page(
@@ -265,7 +266,9 @@ class Console:
             return self._login.not_signed_in(request)
         preq = self._page_request(request, session)
         panels = [p for page in self.pages if (p := await page.panel(preq)) is not None]
-        return self._finish(preq.render("overview.html", panels=panels), request, cookie)
+        notices = [p.notice for p in panels if p.notice]
+        page = preq.render("overview.html", panels=panels, notices=notices)
+        return self._finish(page, request, cookie)
 
     async def _actions(self, request: Request) -> Response:
         session, cookie = await self._login.session(request)
