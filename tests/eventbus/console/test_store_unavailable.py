@@ -1,9 +1,13 @@
 """The pages that read the failure store, while it cannot write: a SQLite file another
-connection holds write-locked."""
+connection holds write-locked, a PostgreSQL server paused (``SIGSTOP``)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
@@ -15,6 +19,7 @@ from eventbus.backends.sql import SqlFailureStore
 from tests.console_support import login, text
 from tests.eventbus.console.conftest import Invoicer, console_client
 from tests.eventbus.helpers import OrderPaid, reg
+from tests.postgres_server import PostgresServer
 
 BANNER = "the failure store is unavailable: 3 records waiting"
 
@@ -69,6 +74,55 @@ async def test_the_pages_answer_with_a_banner_while_the_store_cannot_write(
             assert page.status_code == 200, path
             assert "unavailable" not in page.text, path
         assert len(await store.query()) == 4
+
+
+async def test_the_pages_answer_with_a_banner_while_postgresql_is_paused(
+    postgres_server: PostgresServer, postgres_url: str, invoicer: Invoicer, tmp_path: Path
+) -> None:
+    """Regression test: with PostgreSQL stopped, the pages gave no answer in 8 s. Paused,
+    the writer's insert and the pages' queries hang on their sockets (no error at all)."""
+    store = SqlFailureStore(postgres_url, spill_path=tmp_path / "spill.jsonl")
+    bus = EventBus(reg, store, retry_backoff=0)
+    bus.on(OrderPaid, invoicer, name="tests:invoice")
+    async with console_client(bus) as (client, _console):
+        bus.emit(OrderPaid(order_id=1, user_id=2))
+        [rec] = await store.query()
+        await login(client)
+        paths = ["/ops/", "/ops/failures", f"/ops/failures/{rec.id}", "/ops/bus"]
+        with paused(postgres_server):
+            for n in range(2, 5):
+                bus.emit(OrderPaid(order_id=n, user_id=2))
+            pages = await _get_all(client, paths)
+        assert [pages[p].status_code for p in paths] == [200, 503, 503, 200]
+        for path, page in pages.items():
+            assert BANNER in text(page), path
+        await store.flush()
+        assert len(await store.query()) == 4
+
+
+@contextmanager
+def paused(server: PostgresServer) -> Iterator[None]:
+    """Every process of *server* stopped (``SIGSTOP``) in the block, as behind a network
+    that drops everything; resumed on exit. The postmaster forks nothing meanwhile."""
+    master = int((server.data / "postmaster.pid").read_text().split()[0])
+    pids = [master] + [
+        int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(p) == master
+    ]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+
+def _parent(proc: Path) -> int | None:
+    try:
+        stat = (proc / "stat").read_text()
+    except OSError:  # gone meanwhile, or not ours to read
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state
 
 
 async def _get_all(client: httpx.AsyncClient, paths: list[str]) -> dict[str, httpx.Response]:
