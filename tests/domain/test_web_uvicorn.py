@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -10,6 +11,7 @@ import anyio
 import httpx
 import pytest
 import uvicorn
+from starlette.types import Receive, Scope, Send
 
 from domain._cli import server_options
 from domain.web import WebConfig, create_app
@@ -111,3 +113,35 @@ async def test_forwarded_headers_from_loopback_are_ignored_unless_configured(
     assert seen == (
         ["127.0.0.1"] * 10 if trusted is None else [f"198.51.100.{i}" for i in range(1, 12)]
     )
+
+
+async def test_a_client_that_hangs_up_mid_body_logs_no_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression test: ``ClientDisconnect`` went up from the JSON body reader, and uvicorn
+    logged an ERROR "Exception in ASGI application" with its traceback."""
+    web = create_app(WebConfig(db=tmp_path / "web.db", app_options={"refill_watermark": 5}))
+    handled = anyio.Event()
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await web(scope, receive, send)
+        finally:
+            if scope["type"] == "http":
+                handled.set()
+
+    # log_config=None: uvicorn's loggers propagate to the root, where caplog listens
+    config = uvicorn.Config(app, lifespan="on", log_config=None, ws="none", http="h11")
+    caplog.set_level(logging.INFO)
+    async with serving(config) as base:
+        port = int(base.rsplit(":", 1)[1])
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(
+                b"POST /links HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 1000\r\n\r\n{"url": "https://exa'
+            )
+        with anyio.fail_after(10):
+            await handled.wait()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert not [r for r in caplog.records if r.exc_info]
+    assert "the client hung up while sending the body of POST /links" in caplog.messages
