@@ -265,6 +265,12 @@ class FailuresPage:
             raise ActionError(f"There is no failure with id {failure_id[:100]!r}.", status=404)
         return rec
 
+    async def _store_answers(self) -> None:
+        """Refuse an action (503) while the store cannot write, before it does anything: a
+        deadline in its middle could cut a retry between the listener's run and its row."""
+        with store_deadline(self.bus.failures, self.store_timeout):
+            await self.bus.failures.flush()
+
     async def retry(self, request: PageRequest) -> Done:
         rec = await self._record(request)
         if rec.status != FailureStatus.PENDING:
@@ -285,6 +291,7 @@ class FailuresPage:
         listener = request.field("listener", max_length=MAX_NAME) or None
         correlation = request.field("correlation", max_length=MAX_NAME) or None
         by_chain: dict[str, Any] = {"correlation": correlation} if correlation else {}
+        await self._store_answers()
         report = await self.bus.retry_failures(
             event=event, listener=listener, max_attempts=self.max_attempts, **by_chain
         )
@@ -338,6 +345,7 @@ class FailuresPage:
         if request.field("confirm") != "yes":
             raise ActionError("Tick the confirmation box: purged failures cannot be restored.")
         before = datetime.now(UTC) - timedelta(days=days)
+        await self._store_answers()
         removed = await self.bus.failures.purge(status=status, before=before)
         which = f"{status.value} " if status else ""
         age = f" older than {days} day(s)" if days else ""

@@ -46,7 +46,7 @@ async def test_the_pages_answer_with_a_banner_while_the_store_cannot_write(
     async with console_client(sql_bus) as (client, _console):
         sql_bus.emit(OrderPaid(order_id=1, user_id=2))
         [rec] = await store.query()  # written: the table exists
-        await login(client)
+        csrf = await login(client)
         blocker = sqlite3.connect(tmp_path / "failures.db", isolation_level=None)
         try:
             blocker.execute("BEGIN EXCLUSIVE")  # WAL: readers read, no writer writes
@@ -57,6 +57,8 @@ async def test_the_pages_answer_with_a_banner_while_the_store_cannot_write(
                     await anyio.sleep(0.005)
             paths = ["/ops/", "/ops/failures", f"/ops/failures/{rec.id}", "/ops/bus"]
             pages = await _get_all(client, paths)
+            with anyio.fail_after(15):  # an action is refused before it does anything
+                retried = await client.post("/ops/failures/retry", data={"csrf": csrf})
         finally:
             blocker.execute("ROLLBACK")
             blocker.close()
@@ -69,6 +71,7 @@ async def test_the_pages_answer_with_a_banner_while_the_store_cannot_write(
         for path, page in pages.items():
             assert BANNER in text(page), path
         assert "Listeners per event" in pages["/ops/bus"].text  # the rest of the page is there
+        assert retried.status_code == 503 and BANNER in text(retried)
         await store.flush()  # the lock is gone: the records are written, the banner too
         for path, page in (await _get_all(client, paths)).items():
             assert page.status_code == 200, path
