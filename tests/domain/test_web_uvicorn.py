@@ -13,8 +13,7 @@ import pytest
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
-from domain._cli import server_options
-from domain.web import WebConfig, create_app
+from domain.web import WebConfig, _server_options, create_app
 from tests.console_support import _NONCE, TOKEN, field_of, serving
 
 
@@ -98,7 +97,7 @@ async def test_forwarded_headers_from_loopback_are_ignored_unless_configured(
         trusted_proxies=trusted,
     )
     web = create_app(config)
-    options = server_options(config, host="127.0.0.1", port=0)
+    options = _server_options(config, host="127.0.0.1", port=0)
     options.update(log_level="warning", lifespan="on", ws="none", http="h11")
     async with serving(uvicorn.Config(web, **options)) as base:
         statuses = await _logins_until_refused(base, lambda i: f"198.51.100.{i + 1}")
