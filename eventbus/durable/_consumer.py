@@ -78,13 +78,46 @@ class Consumer:
     def start(self, entry: Entry) -> None:
         """Queue *entry* for the next free worker (its lease is renewed from now on)."""
         self.group.in_flight[entry.key] = InFlight(entry)
+        if entry.suspect:
+            self.group.suspects += 1
         self._queue.put_nowait(entry)
 
     async def _work(self) -> None:
-        """One of ``concurrency`` workers: a fixed pool, so that no task is made per entry."""
+        """One of ``concurrency`` workers: a fixed pool, so that no task is made per entry.
+
+        A suspect (an entry back after its consumer ended or stalled) runs alone: it waits
+        until no other call of the group runs here, and no other call starts until it is done;
+        should it end the process again, no batch-mate was running beside it."""
         queue, group = self._queue, self.group
         while True:
-            await deliver(group, await queue.get())
+            entry = await queue.get()
+            if entry.suspect:
+                await self._alone(entry)
+                continue
+            while group.alone:
+                await group.wait_gate()
+            group.running += 1
+            try:
+                await deliver(group, entry)
+            finally:
+                group.running -= 1
+                if group.alone and not group.running:
+                    group.gate_changed()
+
+    async def _alone(self, entry: Entry) -> None:
+        group = self.group
+        group.alone += 1
+        try:
+            async with group.alone_lock:
+                while group.running:
+                    await group.wait_gate()
+                await deliver(group, entry)
+                # Acknowledged (and its record deleted) before the next suspect runs: should
+                # that one end the process, this one must not come back charged with it.
+                await group.flush_acks()
+        finally:
+            group.alone -= 1
+            group.gate_changed()
 
     async def stop(self, grace: float) -> int:
         """Stop reading, let calls in flight finish for *grace* seconds, cancel the rest;

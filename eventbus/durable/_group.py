@@ -16,6 +16,7 @@ import anyio
 from redis.exceptions import ResponseError
 
 from .._failures import safe_str
+from ._attempts import Attempts, field_of
 from ._events import GroupRecreated
 from ._listener import DurableListener
 from ._registry import create_group, register_group
@@ -47,16 +48,25 @@ def is_missing_group(exc: BaseException) -> bool:
 
 @dataclasses.dataclass(slots=True)
 class Entry:
-    """One stream entry handed to this process, with Redis' delivery count for it."""
+    """One stream entry handed to this process, with Redis' delivery count for it and what
+    its record says of its calls so far (see ``_attempts``)."""
 
     stream: str
     id: str
     fields: dict[str, str]
     deliveries: int
+    attempts: Attempts | None = None  #: ``None``: a first delivery, no record
+    suspect: bool = False  #: its consumer ended or stalled with it: it runs alone
+    recorded: bool = False  #: a record of it is stored (forgotten when it ends)
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.stream, self.id)
+
+    @property
+    def calls(self) -> int:
+        """Calls before this one that did not succeed (failed, or their process ended)."""
+        return 0 if self.attempts is None else self.attempts.calls
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -77,6 +87,7 @@ class Group:
         self.stream = rt.keys.stream(listener.event_name)
         self.restream = rt.keys.redeliver(listener.event_name, listener.group)
         self.dead_stream = rt.keys.dead(listener.event_name)
+        self.runs = rt.keys.runs(listener.event_name, listener.group)
         self.counters = GroupCounters()
         self.in_flight: dict[tuple[str, str], InFlight] = {}
         self._changed = anyio.Event()
@@ -86,6 +97,15 @@ class Group:
         #: serialises lease renewals and retry scheduling (both set an entry's idle time)
         self.idle_lock = anyio.Lock()
         self._acks: dict[str, list[str]] = {}
+        self._forget: list[str] = []  # attempt records of acknowledged entries
+        #: suspects queued or running: while there are any, nothing new is read or reclaimed
+        self.suspects = 0
+        #: ordinary calls running now; a suspect waits until there are none
+        self.running = 0
+        #: a suspect waits for its turn or runs: ordinary calls wait until it is done
+        self.alone = 0
+        self.alone_lock = anyio.Lock()
+        self._gate = anyio.Event()
         self._ack_ready = anyio.Event()
         self._nogroup_backoff = NOGROUP_BACKOFF
         self._last_nogroup = -NOGROUP_RESET
@@ -109,12 +129,36 @@ class Group:
         )
 
     def free_slots(self) -> int:
+        if self.suspects:  # a suspect runs alone: whatever is read now would wait beside it
+            return 0
         return max(0, self.rt.options.concurrency - len(self.in_flight))
 
     def finish(self, entry: Entry) -> None:
         """Forget an entry this process no longer works on (done, retried later, or cancelled)."""
-        if self.in_flight.pop(entry.key, None) is not None and self._waiting:
+        flight = self.in_flight.pop(entry.key, None)
+        if flight is None:
+            return
+        if flight.entry.suspect:
+            self.suspects -= 1
+            self.retry_at(time.monotonic())  # a reclaim pass now: the next suspect's turn
+        if self._waiting:
             self._changed.set()  # replaced by the next wait: not one new event per entry
+
+    def field(self, entry: Entry) -> str:
+        """The field of *entry*'s attempt record in the group's hash."""
+        return field_of(entry.id, entry.stream == self.restream)
+
+    # -- running alone ---------------------------------------------------------------------------
+
+    def gate_changed(self) -> None:
+        """Wake the calls waiting at the gate (a suspect or an ordinary call ended)."""
+        self._gate.set()
+
+    async def wait_gate(self) -> None:
+        """Return after the next change at the gate (callers check again in a loop)."""
+        if self._gate.is_set():
+            self._gate = anyio.Event()
+        await self._gate.wait()
 
     async def wait_finished(self) -> None:
         """Return after the next entry in flight finished (callers check again in a loop)."""
@@ -196,6 +240,8 @@ class Group:
     def ack_later(self, entry: Entry) -> None:
         """Queue an acknowledgement; the ack task sends what accumulated in one ``XACK``."""
         self._acks.setdefault(entry.stream, []).append(entry.id)
+        if entry.recorded:
+            self._forget.append(self.field(entry))
         self._ack_ready.set()
 
     async def ack_loop(self) -> None:
@@ -212,6 +258,7 @@ class Group:
         calls that succeeded."""
         self._ack_ready = anyio.Event()
         batch, self._acks = self._acks, {}
+        forget, self._forget = self._forget, []
         for stream, ids in batch.items():
             try:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(ACK_PATIENCE):
@@ -225,3 +272,21 @@ class Group:
                     self.name,
                     safe_str(exc),
                 )
+        if forget:
+            await self.forget(forget)
+
+    async def forget(self, fields: list[str]) -> None:
+        """Delete attempt records of entries that ended. One left behind does no harm: its
+        entry is gone, and the hash expires after the retention period without writes."""
+        try:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(ACK_PATIENCE):
+                await self.rt.client.hdel(self.runs, *fields)
+        except REDIS_ERRORS as exc:
+            self.rt.log(
+                logging.WARNING,
+                ("forget", self.name),
+                "could not delete %d attempt records of group %r (%s)",
+                len(fields),
+                self.name,
+                safe_str(exc),
+            )

@@ -62,6 +62,7 @@ class GroupCounters:
     leases_lost: int = 0
     redelivered: int = 0
     retried: int = 0
+    suspects: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -82,6 +83,7 @@ class GroupStatistics:
     leases_lost: int  #: in-flight entries another consumer reclaimed before they finished
     redelivered: int  #: entries read from the group's redelivery stream (replays, retries)
     retried: int  #: failed calls scheduled for another delivery after a growing delay
+    suspects: int  #: entries back after their consumer ended or stalled: each ran alone
     in_flight: int  #: listener calls running now
 
 

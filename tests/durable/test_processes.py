@@ -171,9 +171,9 @@ async def test_f9_a_listener_that_kills_its_process_still_ends_dead(
     stats = await last.stop()
     assert len(call_rows(calls_file)) == 3  # exactly max_deliveries calls
     assert stats["groups"][0]["dead"] == 1
-    assert rec.status == FailureStatus.DEAD and rec.attempts == 4
+    assert rec.status == FailureStatus.DEAD and rec.attempts == 3  # calls, not deliveries
     assert rec.error_type.endswith(DeliveriesExhaustedError.__qualname__)
-    assert "delivered 4 times" in rec.message
+    assert "the process ended" in rec.message and "while it ran, 3 times" in rec.message
 
 
 async def _dead(store: SqlFailureStore) -> bool:
