@@ -107,6 +107,8 @@ def durable_subscriber(
     listener: Callable[..., Any] | None,
     name: str | None,
     other_options: bool,
+    *,
+    trip_on: Any = None,
 ) -> Any:
     """``on(event, durable=True)``: checked now, handed to the durable transport; its name
     is then taken for in-process listeners too (and the other way round).
@@ -133,7 +135,9 @@ def durable_subscriber(
         shown = name if name is not None else default_listener_name(fn)
         if bus._table.taken(shown):
             raise DuplicateListenerError(shown)
-        made = transport.subscribe(event, fn, name=name)
+        # trip_on only when given: a transport without a kill switch need not take it
+        extra = {} if trip_on is None else {"trip_on": trip_on}
+        made = transport.subscribe(event, fn, name=name, **extra)
         bus._table.reserved.add(getattr(made, "name", shown))
         return fn
 

@@ -35,17 +35,33 @@ __all__ = ["listener", "listeners", "off", "on", "once", "subscribed", "wait_for
 #: The keyword options of on(), which subscribed() takes too.
 ON_OPTIONS = ListenerOptions.__required_keys__ | ListenerOptions.__optional_keys__
 
+#: what a durable listener's kill switch counts: an exception type, or a tuple of them
+TripOn = type[BaseException] | tuple[type[BaseException], ...]
+
 #: a durable listener as given (it may take ``tx``), returned unchanged by ``on()``
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 @overload
 def on(
-    bus: EventBus, event: type[E], /, *, durable: Literal[True], name: str | None = ...
+    bus: EventBus,
+    event: type[E],
+    /,
+    *,
+    durable: Literal[True],
+    name: str | None = ...,
+    trip_on: TripOn | None = ...,
 ) -> Callable[[F], F]: ...
 @overload
 def on(
-    bus: EventBus, event: type[E], listener: F, /, *, durable: Literal[True], name: str | None = ...
+    bus: EventBus,
+    event: type[E],
+    listener: F,
+    /,
+    *,
+    durable: Literal[True],
+    name: str | None = ...,
+    trip_on: TripOn | None = ...,
 ) -> F: ...
 @overload
 def on(
@@ -87,6 +103,7 @@ def on(
     priority: int = 0,
     times: int | None = None,
     durable: bool = False,
+    trip_on: TripOn | None = None,
 ) -> Any:
     """Subscribe a listener to an event type, an event name or a wildcard pattern.
 
@@ -105,6 +122,8 @@ def on(
         through a consumer group of its own (``service:name``; give a stable *name*); the
         listener may take ``tx``, an open connection whose writes happen once per event.
         The other options do not apply (retries follow ``DurableOptions``)
+    :param trip_on: durable only: the exceptions its group's kill switch counts as failures
+        (``(OperationalError,)``: a payload bug then does not pause the group); default all
     :raises DuplicateListenerError: if another listener on this bus, in-process or durable,
         already has that name
     :raises ValueError: naming the option, for a value out of range (``times=0``)
@@ -113,8 +132,10 @@ def on(
     if durable:
         return durable_subscriber(
             bus, event, listener, name, once or timeout is not None or bool(retries)
-            or errors is not None or priority != 0 or times is not None,
+            or errors is not None or priority != 0 or times is not None, trip_on=trip_on,
         )  # fmt: skip
+    if trip_on is not None:
+        raise TypeError("trip_on= applies to durable listeners only (on(..., durable=True))")
     subscribe = bus._table.subscriber(
         event,
         name=name,

@@ -103,6 +103,10 @@ class PostgresServer:
                 "--no-instructions",
             ]
         )
+        self._start_server()
+        self.execute(f'CREATE DATABASE "{self.database}"')
+
+    def _start_server(self) -> None:
         options = (
             f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.sockets} -c fsync=off "
             "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
@@ -124,7 +128,6 @@ class PostgresServer:
         )
         self.running = True
         self._wait_ready()
-        self.execute(f'CREATE DATABASE "{self.database}"')
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + 10
@@ -163,6 +166,16 @@ class PostgresServer:
         if self.running:
             self._run([str(self.bin / "pg_ctl"), "stop", "-D", str(self.data), "-m", "immediate"])
             self.running = False
+
+    def stop_fast(self) -> None:
+        """An outage: ``pg_ctl stop -m fast`` (sessions are terminated, nothing is lost);
+        :meth:`start_again` ends it on the same port. Blocking: call it in a thread."""
+        self._run([str(self.bin / "pg_ctl"), "stop", "-D", str(self.data), "-m", "fast", "-w"])
+        self.running = False
+
+    def start_again(self) -> None:
+        """Start the stopped server again, with its data, on the same port (blocking)."""
+        self._start_server()
 
     def cleanup(self) -> None:
         try:

@@ -66,6 +66,12 @@ class Attempts:
         crashes = self.crashes - 1 if self.running else self.crashes
         return Attempts(self.failures + 1, crashes, deliveries, False, self.alone)
 
+    def excused(self, deliveries: int) -> Attempts:
+        """The record after a call that failed while its group's kill switch had tripped:
+        not charged (the outage's fault, not the event's)."""
+        crashes = self.crashes - 1 if self.running else self.crashes
+        return Attempts(self.failures, crashes, deliveries, False, self.alone)
+
 
 def classify(deliveries: int, record: Attempts | None) -> tuple[Attempts, bool]:
     """The attempts of an entry handed over with *deliveries*, and whether it is a suspect.

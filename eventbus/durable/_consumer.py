@@ -26,6 +26,7 @@ from ._delivery import deliver
 from ._envelope import text_fields
 from ._group import Entry, Group, InFlight, is_missing_group
 from ._leases import adopt_own_pending, reclaim_loop, renew_loop
+from ._pause_task import pause_loop
 from ._runtime import REDIS_ERRORS
 
 __all__ = ["Consumer"]
@@ -60,6 +61,8 @@ class Consumer:
             async with anyio.create_task_group() as service:  # outlives the listener calls
                 service.start_soon(renew_loop, group)
                 service.start_soon(group.ack_loop)
+                if group.switch is not None:
+                    service.start_soon(pause_loop, group)
                 async with anyio.create_task_group() as handlers:
                     self._handlers = handlers
                     for _ in range(group.rt.options.concurrency):
@@ -94,7 +97,7 @@ class Consumer:
             if entry.suspect:
                 await self._alone(entry)
                 continue
-            while group.alone:
+            while group.alone or group.paused:  # held, its lease renewed, its count unspent
                 await group.wait_gate()
             group.running += 1
             try:
@@ -109,7 +112,7 @@ class Consumer:
         group.alone += 1
         try:
             async with group.alone_lock:
-                while group.running:
+                while group.running or group.paused:
                     await group.wait_gate()
                 await deliver(group, entry)
                 # Acknowledged (and its record deleted) before the next suspect runs: should
@@ -139,6 +142,7 @@ class Consumer:
         block_ms = int(rt.options.block * 1000)
         backoff = 0.0
         while True:
+            await group.wait_resumed()  # a tripped kill switch: no reading until it resumes
             while group.free_slots() == 0:
                 await group.wait_finished()
             try:

@@ -106,6 +106,8 @@ async def _deliver(group: Group, entry: Entry) -> None:
         group.counters.duplicates += 1
     else:
         group.counters.succeeded += 1
+        if group.switch is not None:
+            group.succeeded()
     group.ack_later(entry)
     dead = DeadInfo.from_fields(entry.fields)
     if dead is not None:
@@ -191,23 +193,26 @@ async def _failed(
     group: Group, entry: Entry, env: Envelope, event: Event | None, exc: Exception
 ) -> None:
     rt, opts = group.rt, group.rt.options
+    charged = group.failed(exc)
     flight = group.in_flight.get(entry.key)
     if flight is not None and flight.lost:
         return  # another consumer has it now; its outcome counts
-    rec = (entry.attempts or Attempts()).failed(entry.deliveries)
-    if rec.calls >= opts.max_deliveries:
+    before = entry.attempts or Attempts()
+    rec = before.failed(entry.deliveries) if charged else before.excused(entry.deliveries)
+    if charged and rec.calls >= opts.max_deliveries:
         await _dead_letter(group, entry, env, event, exc)
         return
     delay = opts.retry_delay(rec.calls)
     rt.log(
         logging.WARNING,
         ("failed", group.name, type(exc)),
-        "durable listener %r failed for %r (event %s, call %d of %d): %s: %s; retrying in %.2f s",
+        "durable listener %r failed for %r (event %s, call %d of %d%s): %s: %s; retrying in %.2f s",
         group.listener.name,
         env.name,
         env.event_id,
         rec.calls,
         opts.max_deliveries,
+        "" if charged else ", not charged: its group's kill switch tripped",
         type(exc).__name__,
         safe_str(exc),
         delay,

@@ -17,7 +17,8 @@ from redis.exceptions import ResponseError
 
 from .._failures import safe_str
 from ._attempts import Attempts, field_of
-from ._events import GroupRecreated
+from ._events import GroupPaused, GroupRecreated, GroupResumed
+from ._kill_switch import KillSwitch, Outcome
 from ._listener import DurableListener
 from ._registry import create_group, register_group
 from ._runtime import REDIS_ERRORS, Runtime, logger
@@ -106,6 +107,22 @@ class Group:
         self.alone = 0
         self.alone_lock = anyio.Lock()
         self._gate = anyio.Event()
+        opts = rt.options
+        self.switch = (
+            KillSwitch(
+                trip_after=opts.trip_after,
+                trip_ratio=opts.trip_ratio,
+                trip_window=opts.trip_window,
+                pause=opts.pause,
+                max_pause=opts.max_pause,
+            )
+            if opts.kill_switch
+            else None
+        )
+        self.tripped = anyio.Event()  #: set while paused: the pause task holds the pause
+        self.resume_asked = anyio.Event()  #: an early resume asked in this process
+        self._resumed = anyio.Event()
+        self._resumed.set()
         self._ack_ready = anyio.Event()
         self._nogroup_backoff = NOGROUP_BACKOFF
         self._last_nogroup = -NOGROUP_RESET
@@ -120,11 +137,16 @@ class Group:
 
     def statistics(self) -> GroupStatistics:
         c = self.counters
+        state = self.switch.state() if self.switch is not None else None
         return GroupStatistics(
             group=self.name,
             event=self.listener.event_name,
             listener=self.listener.name,
             in_flight=len(self.in_flight),
+            paused=bool(state and state.paused),
+            paused_since=state.paused_since if state else None,
+            resumes_at=state.resumes_at if state else None,
+            trips=state.trips if state else 0,
             **dataclasses.asdict(c),
         )
 
@@ -182,6 +204,105 @@ class Group:
         """Forget the retry times up to *now* (the reclaim pass that follows takes them)."""
         while self._retries and self._retries[0] <= now:
             heapq.heappop(self._retries)
+
+    # -- the kill switch -------------------------------------------------------------------------
+
+    @property
+    def paused(self) -> bool:
+        return self.switch is not None and self.switch.paused
+
+    async def wait_resumed(self) -> None:
+        while self.paused:
+            await self._resumed.wait()
+
+    def succeeded(self) -> None:
+        """Count a call that returned (the kill switch's window; the end of an episode)."""
+        switch = self.switch
+        if switch is None:
+            return
+        switch.record(Outcome.OK)
+        if switch.in_episode and (ended := switch.ended_episode()) is not None:
+            self._episode_over(*ended)
+
+    def failed(self, exc: BaseException) -> bool:
+        """Count a call that raised; whether the failure is charged to its entry (not when
+        the kill switch has tripped: the outage's fault, not the event's)."""
+        switch = self.switch
+        if switch is None:
+            return True
+        counted = self.listener.trips(exc)
+        if switch.record(Outcome.FAILED if counted else Outcome.OTHER):
+            self._trip(switch, exc)
+        return switch.charging or not counted
+
+    def _trip(self, switch: KillSwitch, exc: BaseException) -> None:
+        state = switch.state()
+        pause = switch.remaining()
+        if switch.episode_trips == 1:  # one alarm per episode
+            logger.error(
+                "consumer group %r paused by its kill switch: %d of the last %d deliveries "
+                "failed (last: %s: %s); no reading or reclaiming for %.1f s (doubling while "
+                "it keeps failing, at most %.0f s); failures meanwhile are not charged to their "
+                "entries. Resume early with 'python -m eventbus streams resume %s'",
+                self.name,
+                state.failures,
+                state.deliveries,
+                type(exc).__name__,
+                safe_str(exc),
+                pause,
+                self.rt.options.max_pause,
+                self.name,
+            )
+            self.rt.notify(
+                GroupPaused(
+                    group=self.name,
+                    consumer=self.rt.consumer,
+                    failures=state.failures,
+                    deliveries=state.deliveries,
+                    pause=pause,
+                    resumes_at=state.resumes_at or 0.0,
+                )
+            )
+        else:
+            self.rt.log(
+                logging.WARNING,
+                ("paused", self.name),
+                "consumer group %r still failing after its pause (%s: %s): paused again for %.1f s",
+                self.name,
+                type(exc).__name__,
+                safe_str(exc),
+                pause,
+            )
+        self._resumed = anyio.Event()
+        self.tripped.set()
+        self.gate_changed()
+
+    def resume(self) -> None:
+        """End the pause now (its time is up, or an operator asked)."""
+        if self.switch is None or not self.switch.paused:
+            return
+        self.switch.resume()
+        self.tripped = anyio.Event()
+        self.resume_asked = anyio.Event()
+        self._resumed.set()
+        self.gate_changed()
+        self.retry_at(time.monotonic())  # a reclaim pass now: the retries held meanwhile
+        logger.warning("consumer group %r resumes reading after its pause", self.name)
+
+    def _episode_over(self, since: float, trips: int) -> None:
+        paused_for = max(0.0, time.time() - since)
+        self.rt.notify(
+            GroupResumed(
+                group=self.name, consumer=self.rt.consumer, trips=trips, paused_for=paused_for
+            )
+        )
+        logger.warning(
+            "consumer group %r delivers again, %.1f s after its kill switch first tripped "
+            "(%d pauses)",
+            self.name,
+            paused_for,
+            trips,
+        )
 
     # -- groups ----------------------------------------------------------------------------------
 

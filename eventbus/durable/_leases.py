@@ -118,6 +118,7 @@ async def reclaim_loop(group: Group, start: Callable[[Entry], None]) -> None:
     period = group.rt.options.visibility / 2
     next_pass = time.monotonic()
     while True:
+        await group.wait_resumed()  # a tripped kill switch: no reclaiming until it resumes
         now = time.monotonic()
         due = min(next_pass, group.next_retry() or next_pass)
         if due > now:

@@ -1,6 +1,7 @@
 """What operators do with the streams, whether or not the transport runs: status, dead
-letters, a janitor round, republish, backfill, replay, redeliver, redrive, and the groups a
-stream is kept for. :class:`~eventbus.durable.RedisStreams` offers them as its methods."""
+letters, a janitor round, republish, backfill, replay, redeliver, redrive, an early resume of
+a paused group, and the groups a stream is kept for. :class:`~eventbus.durable.RedisStreams`
+offers them as its methods."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from .._events import Event
 from .._failures import FailureRecord
 from ._handback import backfill, replay, republish
 from ._keys import StreamKeys, validate_part
+from ._pauses import request_resume
 from ._redeliver import redeliver, redrive
 from ._registry import forget_group, register_group
 from ._relay import Relay
@@ -79,6 +81,20 @@ class StreamOperations:
     ) -> list[str]:
         """Hand dead letters back to their group; see :func:`~eventbus.durable._handback.replay`."""
         return await replay(self.rt, event, group=group, ids=ids)
+
+    async def resume_group(self, event: str | type[Event], group: str) -> int:
+        """Resume *group* now where its kill switch paused it: in this process at once, in
+        the others at their next check (about a second). Return how many paused consumers
+        were told (0: it was paused nowhere)."""
+        name = _event_name(event)
+        told = set()
+        for consumer in self._tasks.consumers:
+            g = consumer.group
+            if g.name == group and g.listener.event_name == name and g.paused:
+                g.resume_asked.set()
+                told.add(self.rt.consumer)
+        told.update(await request_resume(self.client, self.keys, name, group))
+        return len(told)
 
     async def redeliver(self, failure: FailureRecord) -> str:
         """Hand one dead durable failure back to its group alone (``failures retry``); see

@@ -85,6 +85,10 @@ class GroupStatistics:
     retried: int  #: failed calls scheduled for another delivery after a growing delay
     suspects: int  #: entries back after their consumer ended or stalled: each ran alone
     in_flight: int  #: listener calls running now
+    paused: bool = False  #: its kill switch has stopped reading and reclaiming
+    paused_since: float | None = None  #: Unix time of the episode's first trip
+    resumes_at: float | None = None  #: Unix time the current pause ends
+    trips: int = 0  #: times its kill switch tripped since this process started
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from ..backends.sql import make_engine, redact_url
 from ._events import DurableStarted, DurableStopped, register_durable_events
 from ._inbox import Inbox
 from ._keys import StreamKeys, consumer_name, validate_part
-from ._listener import DurableListener, Start, make_listener
+from ._listener import DurableListener, Start, TripOn, make_listener
 from ._operations import StreamOperations
 from ._options import DurableOptions
 from ._outbox import Outbox
@@ -159,15 +159,20 @@ class RedisStreams(StreamOperations):
         *,
         name: str | None = None,
         start: Start = "first",
+        trip_on: type[BaseException] | TripOn | None = None,
     ) -> DurableListener:
         """Add a durable listener: its own consumer group ``service:name`` on the event's stream.
+
+        *trip_on*: the exceptions its group's kill switch counts (default: every one).
 
         Call before the transport starts (a listener added while it runs starts reading at
         once). See :func:`~eventbus.durable._listener.make_listener` for the checks.
 
         :raises DuplicateListenerError: if a durable listener of that name exists
         """
-        listener = make_listener(self.service, event_type, fn, name=name, start=start)
+        listener = make_listener(
+            self.service, event_type, fn, name=name, start=start, trip_on=trip_on
+        )
         _check_durable("on", event_type)
         if listener.event_type not in self.registry:
             raise UnknownEventError(
