@@ -22,6 +22,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from .._failures import safe_str
+from ._batch import deliver_batch
 from ._delivery import deliver
 from ._envelope import text_fields
 from ._group import Entry, Group, InFlight, is_missing_group
@@ -92,20 +93,32 @@ class Consumer:
         until no other call of the group runs here, and no other call starts until it is done;
         should it end the process again, no batch-mate was running beside it."""
         queue, group = self._queue, self.group
+        opts = group.rt.options
+        batch_limit = opts.tx_batch if group.listener.takes_tx and not opts.call_timeout else 1
         while True:
             entry = await queue.get()
             if entry.suspect:
                 await self._alone(entry)
                 continue
+            batch: list[Entry] = []
+            suspects: list[Entry] = []
+            while len(batch) + 1 < batch_limit and not queue.empty():  # queued already
+                more = queue.get_nowait()
+                (suspects if more.suspect else batch).append(more)
             while group.alone or group.paused:  # held, its lease renewed, its count unspent
                 await group.wait_gate()
             group.running += 1
             try:
-                await deliver(group, entry)
+                if batch:
+                    await deliver_batch(group, [entry, *batch])
+                else:
+                    await deliver(group, entry)
             finally:
                 group.running -= 1
                 if group.alone and not group.running:
                     group.gate_changed()
+            for suspect in suspects:
+                await self._alone(suspect)
 
     async def _alone(self, entry: Entry) -> None:
         group = self.group

@@ -33,7 +33,7 @@ from ._group import Entry, Group
 from ._link import DurableLink, failure_id
 from ._runtime import REDIS_ERRORS, logger, utcnow
 
-__all__ = ["deliver"]
+__all__ = ["deliver", "failed", "prepare", "succeeded"]
 
 
 async def deliver(group: Group, entry: Entry) -> None:
@@ -66,12 +66,35 @@ def _envelope(group: Group, entry: Entry) -> Envelope:
 
 
 async def _deliver(group: Group, entry: Entry) -> None:
-    rt, opts = group.rt, group.rt.options
+    env = await prepare(group, entry)
+    if env is None:
+        return
+    event: Event | None = None
+    token = delivery_var.set(
+        Delivery.of(env, group=group.name, entry_id=entry.id, deliveries=entry.deliveries)
+    )
+    try:
+        event = decode_payload(group.rt.registry, env.name, env.payload)
+        ran = await _call(group, event, env)
+    except Exception as exc:
+        group.counters.failed += 1
+        await _failed(group, entry, env, event, exc)
+        return
+    finally:
+        delivery_var.reset(token)
+    await succeeded(group, entry, env, ran)
+
+
+async def prepare(group: Group, entry: Entry) -> Envelope | None:
+    """The entry's envelope, its call counted as delivered; ``None`` when it is not to be
+    called: dead-lettered (damaged, or out of calls), or a suspect whose call could not be
+    recorded (it comes back)."""
+    opts = group.rt.options
     try:
         env = _envelope(group, entry)
     except EnvelopeError as exc:  # not ours, or damaged: no listener can take it, ever
         await _dead_letter(group, entry, None, None, exc)
-        return
+        return None
     attempts = entry.attempts
     if (
         attempts is not None
@@ -86,22 +109,15 @@ async def _deliver(group: Group, entry: Entry) -> None:
             failures=attempts.failures,
         )
         await _dead_letter(group, entry, env, None, exhausted)
-        return
+        return None
     if entry.suspect and not await _start_alone(group, entry):
-        return
-    event: Event | None = None
+        return None
     group.counters.delivered += 1
-    delivery = Delivery.of(env, group=group.name, entry_id=entry.id, deliveries=entry.deliveries)
-    token = delivery_var.set(delivery)
-    try:
-        event = decode_payload(rt.registry, env.name, env.payload)
-        ran = await _call(group, event, env)
-    except Exception as exc:
-        group.counters.failed += 1
-        await _failed(group, entry, env, event, exc)
-        return
-    finally:
-        delivery_var.reset(token)
+    return env
+
+
+async def succeeded(group: Group, entry: Entry, env: Envelope, ran: bool) -> None:
+    """A call returned (or the inbox showed it ran before): acknowledge the entry."""
     if not ran:
         group.counters.duplicates += 1
     else:
@@ -187,6 +203,14 @@ async def _run(group: Group, event: Event, env: Envelope) -> bool:
         return True
     await anyio.to_thread.run_sync(listener.fn, event, abandon_on_cancel=True)
     return True
+
+
+async def failed(
+    group: Group, entry: Entry, env: Envelope, event: Event | None, exc: Exception
+) -> None:
+    """A call raised: schedule its retry, or dead-letter it at its last call."""
+    group.counters.failed += 1
+    await _failed(group, entry, env, event, exc)
 
 
 async def _failed(

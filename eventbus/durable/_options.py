@@ -26,6 +26,9 @@ class DurableOptions:
     retry_backoff: float = 1.0
     #: listener calls running at once, per group in this process
     concurrency: int = 16
+    #: at most this many deliveries of a listener taking ``tx`` share one transaction (each
+    #: call in its own savepoint), out of those already read together; 1: one per event
+    tx_batch: int = 50
     #: the longest an async listener call may run before it is cancelled and counted as a
     #: failure (``ListenerTimeoutError``: retried, dead at the last delivery); None: no limit.
     #: A sync listener's thread cannot be stopped, so it is not cut short
@@ -83,6 +86,8 @@ class DurableOptions:
             problems.append("visibility, lease and block must be > 0")
         if self.max_deliveries < 1 or self.concurrency < 1 or self.relay_batch < 1:
             problems.append("max_deliveries, concurrency and relay_batch must be >= 1")
+        if self.tx_batch < 1:
+            problems.append(f"tx_batch={self.tx_batch!r} must be >= 1 (1: a transaction per event)")
         if not 0 < self.retry_backoff <= self.visibility:
             problems.append(
                 f"retry_backoff={self.retry_backoff!r} must be > 0 and at most "

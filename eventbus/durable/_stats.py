@@ -63,6 +63,7 @@ class GroupCounters:
     redelivered: int = 0
     retried: int = 0
     suspects: int = 0
+    batches: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -84,6 +85,7 @@ class GroupStatistics:
     redelivered: int  #: entries read from the group's redelivery stream (replays, retries)
     retried: int  #: failed calls scheduled for another delivery after a growing delay
     suspects: int  #: entries back after their consumer ended or stalled: each ran alone
+    batches: int  #: transactions shared by several deliveries of a listener taking ``tx``
     in_flight: int  #: listener calls running now
     paused: bool = False  #: its kill switch has stopped reading and reclaiming
     paused_since: float | None = None  #: Unix time of the episode's first trip

@@ -12,11 +12,11 @@ import pytest
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from eventbus import Event
+from eventbus import Event, EventBus, MemoryFailureStore
 from eventbus.durable import DurableOptions, GroupPaused, GroupResumed, RedisStreams
 from eventbus.durable._kill_switch import KillSwitch, Outcome
 from tests.durable.conftest import FAST, Factory, wait_until
-from tests.durable.events import OrderPaid
+from tests.durable.events import REG, OrderPaid
 
 
 class Clock:
@@ -217,3 +217,15 @@ async def _idle(client: Redis, streams: RedisStreams, visibilities: float, n: in
     limit = visibilities * streams.options.visibility * 1000
     rows = await _pending(client, streams)
     return bool(sum(r["time_since_delivered"] >= limit for r in rows) >= n)
+
+
+def test_trip_on_goes_through_the_bus_and_only_for_durable_listeners(
+    make_streams: Factory,
+) -> None:
+    streams = make_streams()
+    bus = EventBus(REG, MemoryFailureStore(), durable=streams)
+    bus.on(OrderPaid, lambda e: None, durable=True, name="g", trip_on=OSError)
+    bus.on(OrderPaid, lambda e: None, durable=True, name="h")
+    assert [(x.name, x.trip_on) for x in streams.listeners()] == [("g", (OSError,)), ("h", None)]
+    with pytest.raises(TypeError, match="trip_on= applies to durable listeners only"):
+        bus.on(OrderPaid, lambda e: None, trip_on=OSError)  # type: ignore[call-overload]

@@ -12,6 +12,7 @@ import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -288,3 +289,28 @@ async def test_f17_sigterm_mid_call_stops_without_acknowledging(
     await wait_until(lambda: n_effects(engine, 1), what="the redelivery")
     await second.stop()
     assert [c.consumer for c in call_rows(calls_file)] == ["first", "second"]
+
+
+async def test_a_consumer_killed_between_a_batch_commit_and_its_acks_repeats_no_effect(
+    apps: Apps, engine: AsyncEngine, client: Redis, calls_file: Path
+) -> None:
+    doomed = await apps(
+        "--listener", "grant=effect", "--concurrency", "20", "--publish", "20",
+        "--pause-at", "batch-committed", ready="paused batch-committed",
+    )  # fmt: skip
+    doomed.kill()  # the batch committed (effects and inbox rows), nothing acknowledged
+    await doomed.proc.wait()
+    committed = len(await effect_rows(engine))
+    assert committed > 1
+    replica = await apps("--listener", "grant=effect")
+    await wait_until(lambda: _none_pending(client), what="the acknowledgements")
+    stats = await replica.stop()
+    [group] = stats["groups"]
+    assert group["duplicates"] == committed  # the inbox found each committed one
+    assert Counter(r.order_id for r in await effect_rows(engine)) == Counter(range(20))
+    assert len(call_rows(calls_file)) == 20  # no committed call ran again
+
+
+async def _none_pending(client: Redis) -> bool:
+    summary: Any = await client.xpending(STREAM, "svc:grant")
+    return bool(summary["pending"] == 0)
