@@ -1,5 +1,6 @@
-"""Deliveries of a listener taking ``tx`` sharing one transaction, each call in its own
-savepoint, on SQLite and PostgreSQL: a call that raises rolls back only its own writes."""
+"""Deliveries of a listener taking ``tx`` sharing one transaction, on SQLite and PostgreSQL:
+a call that raises rolls back only its own writes (its batch-mates run again, each in a
+savepoint, and commit together)."""
 
 from __future__ import annotations
 
@@ -61,4 +62,6 @@ async def test_a_failing_call_in_a_batch_of_50_leaves_the_other_49_committed_onc
     async with database.connect() as conn:
         rows = (await conn.execute(sa.select(effects.c.order_id))).all()
     assert Counter(r.order_id for r in rows) == Counter(range(50))  # each once
-    assert calls[FAILING] == 2 and sum(calls.values()) == 51
+    # The failing call's transaction held the calls before it: they ran again (in savepoints,
+    # with the calls after it); through tx, each wrote once.
+    assert calls[FAILING] == 2 and set(calls.values()) <= {1, 2}
