@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from .._codec import decode_payload
 from .._events import Event
 from ._context import Delivery, delivery_var
-from ._delivery import failed, prepare, succeeded
+from ._delivery import failed, prepare, succeeded, undecodable
 from ._envelope import Envelope
 from ._group import Entry, Group
 from ._runtime import logger, utcnow
@@ -75,9 +75,10 @@ async def _deliver_batch(group: Group, entries: list[Entry]) -> None:
             continue
         try:
             event = decode_payload(rt.registry, env.name, env.payload)
-        except Exception as exc:
-            await failed(group, entry, env, None, exc)
+        except Exception as exc:  # the same bytes fail the same way at every delivery
+            await undecodable(group, entry, env, exc)
             continue
+        group.counters.delivered += 1
         calls.append((entry, env, event))
     if not calls:
         return

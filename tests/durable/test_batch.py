@@ -22,12 +22,12 @@ FAILING = 7
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 async def database(
-    request: pytest.FixtureRequest, engine: AsyncEngine
+    request: pytest.FixtureRequest, engine: AsyncEngine, postgres_url: str
 ) -> AsyncIterator[AsyncEngine]:
     if request.param == "sqlite":
         yield engine
         return
-    pg = make_engine(request.getfixturevalue("postgres_url"))
+    pg = make_engine(postgres_url)
     async with pg.begin() as conn:
         await conn.run_sync(test_metadata.create_all)
     await create_durable_tables(pg)
