@@ -219,7 +219,7 @@ async def _idle(client: Redis, streams: RedisStreams, visibilities: float, n: in
     return bool(sum(r["time_since_delivered"] >= limit for r in rows) >= n)
 
 
-def test_trip_on_goes_through_the_bus_and_only_for_durable_listeners(
+async def test_trip_on_goes_through_the_bus_and_only_for_durable_listeners(
     make_streams: Factory,
 ) -> None:
     streams = make_streams()
