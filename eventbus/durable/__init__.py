@@ -23,7 +23,9 @@ from ._events import DeadLettered as DeadLettered
 from ._events import DurableStarted as DurableStarted
 from ._events import DurableStopped as DurableStopped
 from ._events import EntriesLost as EntriesLost
+from ._events import GroupPaused as GroupPaused
 from ._events import GroupRecreated as GroupRecreated
+from ._events import GroupResumed as GroupResumed
 from ._events import StreamCapped as StreamCapped
 from ._events import register_durable_events as register_durable_events
 from ._exceptions import DeliveriesExhaustedError as DeliveriesExhaustedError
@@ -31,6 +33,7 @@ from ._exceptions import NoTransactionError as NoTransactionError
 from ._keys import StreamKeys as StreamKeys
 from ._listener import DurableListener as DurableListener
 from ._options import DurableOptions as DurableOptions
+from ._pauses import PausedConsumer as PausedConsumer
 from ._stats import DurableStatistics as DurableStatistics
 from ._stats import GroupStatistics as GroupStatistics
 from ._stats import JanitorStatistics as JanitorStatistics
@@ -62,11 +65,14 @@ __all__ = [
     "EntriesLost",
     "Envelope",
     "EnvelopeError",
+    "GroupPaused",
     "GroupRecreated",
+    "GroupResumed",
     "GroupStatistics",
     "GroupStatus",
     "JanitorStatistics",
     "NoTransactionError",
+    "PausedConsumer",
     "PendingEntry",
     "RedisStreams",
     "RelayStatistics",

@@ -66,6 +66,8 @@ class GroupCounters:
     leases_lost: int = 0
     redelivered: int = 0
     retried: int = 0
+    suspects: int = 0
+    batches: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -86,7 +88,13 @@ class GroupStatistics:
     leases_lost: int  #: in-flight entries another consumer reclaimed before they finished
     redelivered: int  #: entries read from the group's redelivery stream (replays, retries)
     retried: int  #: failed calls scheduled for another delivery after a growing delay
+    suspects: int  #: entries back after their consumer ended or stalled: each ran alone
+    batches: int  #: transactions shared by several deliveries of a listener taking ``tx``
     in_flight: int  #: listener calls running now
+    paused: bool = False  #: its kill switch has stopped reading and reclaiming
+    paused_since: float | None = None  #: Unix time of the episode's first trip
+    resumes_at: float | None = None  #: Unix time the current pause ends
+    trips: int = 0  #: times its kill switch tripped since this process started
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

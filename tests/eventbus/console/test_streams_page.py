@@ -252,3 +252,41 @@ def unused_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
     return port
+
+
+async def test_a_paused_group_shows_its_badge_and_is_resumed_from_the_page(
+    client: Redis, engine: AsyncEngine, fragile: Fragile
+) -> None:
+    options = dataclasses.replace(FAST, max_deliveries=5, trip_after=3, pause=60, max_pause=60)
+    streams = RedisStreams(
+        client,
+        engine,
+        service="svc",
+        registry=REG,
+        options=options,
+        prefix=f"console-{uuid.uuid4().hex[:8]}",
+    )
+    bus = EventBus(REG, MemoryFailureStore(), durable=streams)
+    bus.on(OrderPaid, fragile, durable=True, name="fragile")
+    async with console_client(bus) as (http, console):
+        csrf = await login(http)
+        await publish(bus, engine, 1, 2, 3, 4)
+
+        async def badge() -> bool:
+            return "paused since <time" in (await http.get("/ops/streams")).text
+
+        await wait_until(badge, what="the paused badge")
+        page = (await http.get("/ops/streams")).text
+        assert "resumes at <time" in page and f'data-consumer="{streams.consumer}"' in page
+        fragile.broken = False
+        data = {"csrf": csrf, "event": "order.paid", "group": "svc:fragile"}
+        r = await http.post("/ops/streams/resume", data=data)
+        assert r.status_code == 303
+        page = (await http.get(r.headers["location"])).text
+        assert result_banner(page).startswith("Told 1 paused process of group svc:fragile")
+        await wait_until(lambda: sorted(fragile.handled) == [1, 2, 3, 4], what="every event")
+        assert not streams.statistics().group("fragile").paused
+        r = await http.post("/ops/streams/resume", data=data)
+        assert r.status_code == 404 and "is paused nowhere" in html.unescape(r.text)
+        [refused, ok] = console.audit.entries(limit=2)
+        assert (ok.action, ok.outcome, refused.outcome) == ("streams.resume", "ok", "refused")
