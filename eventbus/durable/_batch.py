@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,7 +35,7 @@ from .._events import Event
 from ._context import Delivery, delivery_var
 from ._delivery import failed, prepare, succeeded, undecodable
 from ._envelope import Envelope
-from ._group import Entry, Group
+from ._group import Entry, Group, note_call
 from ._runtime import logger, utcnow
 
 __all__ = ["deliver_batch"]
@@ -212,6 +213,7 @@ async def _call(
     token = delivery_var.set(
         Delivery.of(env, group=group.name, entry_id=entry.id, deliveries=entry.deliveries)
     )
+    began = time.perf_counter()
     try:
         call: Any = (
             listener.fn(event, conn) if listener.tx_positional else listener.fn(event, tx=conn)
@@ -219,3 +221,4 @@ async def _call(
         await call
     finally:
         delivery_var.reset(token)
+        note_call(group, time.perf_counter() - began)

@@ -25,7 +25,7 @@ from .._failures import safe_str
 from ._batch import deliver_batch
 from ._delivery import deliver
 from ._envelope import text_fields
-from ._group import Entry, Group, InFlight, is_missing_group
+from ._group import Entry, Group, InFlight, batch_limit, is_missing_group
 from ._leases import adopt_own_pending, reclaim_loop, renew_loop
 from ._pause_task import pause_loop
 from ._runtime import REDIS_ERRORS
@@ -93,8 +93,6 @@ class Consumer:
         until no other call of the group runs here, and no other call starts until it is done;
         should it end the process again, no batch-mate was running beside it."""
         queue, group = self._queue, self.group
-        opts = group.rt.options
-        batch_limit = opts.tx_batch if group.listener.takes_tx and not opts.call_timeout else 1
         while True:
             entry = await queue.get()
             if entry.suspect:
@@ -102,7 +100,8 @@ class Consumer:
                 continue
             batch: list[Entry] = []
             suspects: list[Entry] = []
-            while len(batch) + 1 < batch_limit and not queue.empty():  # queued already
+            limit = batch_limit(group)
+            while len(batch) + 1 < limit and not queue.empty():  # queued already
                 more = queue.get_nowait()
                 (suspects if more.suspect else batch).append(more)
             while group.alone or group.paused:  # held, its lease renewed, its count unspent

@@ -30,7 +30,7 @@ from ._context import Delivery, delivery_var
 from ._envelope import MAX_FIELDS, DeadInfo, Envelope, EnvelopeError, raw_value, shorten
 from ._events import DeadLettered
 from ._exceptions import DeliveriesExhaustedError
-from ._group import Entry, Group
+from ._group import Entry, Group, note_call
 from ._link import DurableLink, failure_id, link_of
 from ._runtime import REDIS_ERRORS, db_deadline, logger, utcnow
 
@@ -227,11 +227,15 @@ async def _run(group: Group, event: Event, env: Envelope) -> bool:
                 ):
                     return False
                 ours.deadline = math.inf  # the listener's own work: call_timeout bounds it
-                if listener.tx_positional:
-                    await listener.fn(event, conn)
-                else:
-                    await listener.fn(event, tx=conn)
-                ours.deadline = anyio.current_time() + patience  # the commit
+                began = time.perf_counter()
+                try:
+                    if listener.tx_positional:
+                        await listener.fn(event, conn)
+                    else:
+                        await listener.fn(event, tx=conn)
+                finally:  # the commit, or the rollback after the listener raised
+                    ours.deadline = anyio.current_time() + patience
+                    note_call(group, time.perf_counter() - began)
         if ours.cancelled_caught:  # committed or not: a retry finds the inbox row if it was
             raise TimeoutError(f"the database did not answer within db_timeout={patience} s")
         return True

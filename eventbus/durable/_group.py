@@ -106,6 +106,10 @@ class Group:
         #: a suspect waits for its turn or runs: ordinary calls wait until it is done
         self.alone = 0
         self.alone_lock = anyio.Lock()
+        #: a listener call's usual length (seconds, a moving average of the batched and lone
+        #: ``tx`` calls): a batch runs its calls one after another, so it holds only as many
+        #: as fit in ``BATCH_SECONDS``; a slow listener's entries run side by side instead
+        self.call_seconds: float | None = None
         self._gate = anyio.Event()
         opts = rt.options
         self.switch = (
@@ -411,3 +415,24 @@ class Group:
                 self.name,
                 safe_str(exc),
             )
+
+
+#: how long one batch of ``tx`` calls may take, by the calls' usual length: beyond it the
+#: calls one after another in one transaction cost more than their commits side by side
+BATCH_SECONDS = 0.005
+
+
+def note_call(group: Group, seconds: float) -> None:
+    """Fold one ``tx`` call's length into the group's moving average."""
+    old = group.call_seconds
+    group.call_seconds = seconds if old is None else old + (seconds - old) / 8
+
+
+def batch_limit(group: Group) -> int:
+    """How many entries one transaction may hold now: ``tx_batch`` at most, as many calls as
+    fit in ``BATCH_SECONDS``, and 1 (the lone path) until a call was measured, for listeners
+    not taking ``tx`` and with ``call_timeout`` (each call is cut short on its own)."""
+    opts = group.rt.options
+    if not group.listener.takes_tx or opts.call_timeout or group.call_seconds is None:
+        return 1
+    return max(1, min(opts.tx_batch, int(BATCH_SECONDS / max(group.call_seconds, 1e-6))))
