@@ -50,6 +50,8 @@ from ._exceptions import MaxListenersExceededWarning as MaxListenersExceededWarn
 from ._exceptions import PayloadError as PayloadError
 from ._exceptions import RecursionLimitError as RecursionLimitError
 from ._exceptions import UnknownEventError as UnknownEventError
+from ._exceptions import UnreadableVersionError as UnreadableVersionError
+from ._exceptions import UpcasterError as UpcasterError
 from ._exceptions import WrongThreadError as WrongThreadError
 from ._failures import FailureRecord as FailureRecord
 from ._failures import FailureStatus as FailureStatus
@@ -59,6 +61,9 @@ from ._listeners import Outcome as Outcome
 from ._patterns import matches as matches
 from ._retry import RetryItem as RetryItem
 from ._retry import RetryReport as RetryReport
+from ._stored import StoredEvent as StoredEvent
+from ._stored import decode_stored as decode_stored
+from ._stored import upcaster as upcaster
 from ._subscription import Subscription as Subscription
 from .backends.memory import MemoryFailureStore as MemoryFailureStore
 
@@ -93,14 +98,19 @@ __all__ = [
     "RecursionLimitError",
     "RetryItem",
     "RetryReport",
+    "StoredEvent",
     "Subscription",
     "UnknownEventError",
+    "UnreadableVersionError",
+    "UpcasterError",
     "WrongThreadError",
     "current_emission",
     "decode_payload",
+    "decode_stored",
     "default_registry",
     "encode_payload",
     "matches",
+    "upcaster",
 ]
 
 if TYPE_CHECKING:

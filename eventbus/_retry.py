@@ -27,11 +27,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
 from ._calls import call_once
-from ._codec import decode_payload
 from ._emission import Emission
 from ._exceptions import PayloadError, UnknownEventError
 from ._failures import FailureRecord, FailureStatus, check_failure_ids, qualified_type, safe_str
 from ._patterns import matches
+from ._stored import decode_stored
 
 if TYPE_CHECKING:
     from ._bus import EventBus
@@ -218,7 +218,8 @@ async def _retry_one(bus: EventBus, rec: FailureRecord, max_attempts: int) -> Re
     reason = _why_not_retryable(bus, rec)
     if reason is None:
         try:
-            event = decode_payload(bus.registry, rec.event_name, rec.payload)
+            # a stored payload: read as one (upcast, unknown fields as its type says)
+            event = decode_stored(bus.registry, rec.event_name, rec.payload).event
         except UnknownEventError:
             reason = f"event type {rec.event_name!r} is no longer declared in the bus's registry"
         except PayloadError as exc:

@@ -30,6 +30,7 @@ from ._listener import DurableListener as DurableListener
 from ._options import DurableOptions as DurableOptions
 from ._stats import DurableStatistics as DurableStatistics
 from ._stats import GroupStatistics as GroupStatistics
+from ._stats import IgnoredField as IgnoredField
 from ._stats import JanitorStatistics as JanitorStatistics
 from ._stats import RelayStatistics as RelayStatistics
 from ._status import DeadLetter as DeadLetter
@@ -60,6 +61,7 @@ __all__ = [
     "GroupRecreated",
     "GroupStatistics",
     "GroupStatus",
+    "IgnoredField",
     "JanitorStatistics",
     "NoTransactionError",
     "PendingEntry",

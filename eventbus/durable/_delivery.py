@@ -20,10 +20,10 @@ from typing import Any
 
 import anyio
 
-from .._codec import decode_payload
 from .._events import Event
 from .._exceptions import ListenerTimeoutError
 from .._failures import FailureRecord, FailureStatus, safe_str
+from .._stored import decode_stored, readable
 from ._context import Delivery, delivery_var
 from ._envelope import DeadInfo, Envelope, EnvelopeError, raw_value
 from ._events import DeadLettered
@@ -71,6 +71,9 @@ async def _deliver(group: Group, entry: Entry) -> None:
     except EnvelopeError as exc:  # not ours, or damaged: no listener can take it, ever
         await _dead_letter(group, entry, None, None, exc)
         return
+    if not readable(rt.registry, env.name, env.version):
+        await _hold(group, entry, env)
+        return
     if entry.deliveries > opts.max_deliveries:
         exhausted = DeliveriesExhaustedError(group.name, entry.deliveries, opts.max_deliveries)
         await _dead_letter(group, entry, env, None, exhausted)
@@ -80,7 +83,10 @@ async def _deliver(group: Group, entry: Entry) -> None:
     delivery = Delivery.of(env, group=group.name, entry_id=entry.id, deliveries=entry.deliveries)
     token = delivery_var.set(delivery)
     try:
-        event = decode_payload(rt.registry, env.name, env.payload)
+        stored = decode_stored(rt.registry, env.name, env.payload, env.version)
+        event = stored.event
+        for field in stored.ignored:
+            rt.ignored[env.name, field] += 1
         ran = await _call(group, event, env)
     except Exception as exc:
         group.counters.failed += 1
@@ -133,6 +139,39 @@ async def _run(group: Group, event: Event, env: Envelope) -> bool:
         return True
     await anyio.to_thread.run_sync(listener.fn, event, abandon_on_cancel=True)
     return True
+
+
+async def _hold(group: Group, entry: Entry, env: Envelope) -> None:
+    """An entry of a newer event version than this process reads: left pending, its
+    delivery not counted, for a process that declares the version (a rolling deploy that
+    upgrades consumers after publishers loses nothing); one WARNING per (group, version)."""
+    rt = group.rt
+    group.counters.held += 1
+    if env.version not in group.unreadable_versions:
+        group.unreadable_versions.add(env.version)
+        known = rt.registry.get(env.name).__event_version__
+        logger.warning(
+            "durable listener %r (group %r): event %r (%s) is stored at version %d, but this "
+            "process declares version %d with unknown_fields='reject'; left pending, not dead, "
+            "until a process that declares version %d takes it: deploy that version "
+            "(logged once per group and version)",
+            group.listener.name,
+            group.name,
+            env.name,
+            env.event_id,
+            env.version,
+            known,
+            env.version,
+        )
+    group.finish(entry)  # no renewal from now on: it would reset the idle time set below
+    try:
+        async with group.idle_lock:
+            await rt.scripts.hold(
+                keys=[entry.stream],
+                args=[group.name, rt.consumer, 0, max(0, entry.deliveries - 1), entry.id],
+            )
+    except REDIS_ERRORS as err:  # still pending: it comes back after the visibility time
+        rt.log(logging.WARNING, ("hold", group.name), "could not hold an entry: %s", err)
 
 
 async def _failed(
@@ -287,6 +326,7 @@ def _record(
         deliveries=entry.deliveries,
         seq=env.seq if env else None,
         occurred_at=env.occurred_at if env else None,
+        version=env.version if env else None,
     )
     return base.replace(
         id=fid,

@@ -90,6 +90,8 @@ class Group:
         self._nogroup_backoff = NOGROUP_BACKOFF
         self._last_nogroup = -NOGROUP_RESET
         self._recovering = anyio.Lock()
+        #: event versions this group met and could not read (warned about once each)
+        self.unreadable_versions: set[int] = set()
 
     def __repr__(self) -> str:
         return f"Group({self.name!r}, stream={self.stream!r})"

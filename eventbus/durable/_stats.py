@@ -8,6 +8,7 @@ __all__ = [
     "DurableStatistics",
     "GroupCounters",
     "GroupStatistics",
+    "IgnoredField",
     "JanitorStatistics",
     "RelayCounters",
     "RelayStatistics",
@@ -62,6 +63,7 @@ class GroupCounters:
     leases_lost: int = 0
     redelivered: int = 0
     retried: int = 0
+    held: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -82,6 +84,9 @@ class GroupStatistics:
     leases_lost: int  #: in-flight entries another consumer reclaimed before they finished
     redelivered: int  #: entries read from the group's redelivery stream (replays, retries)
     retried: int  #: failed calls scheduled for another delivery after a growing delay
+    #: entries of a newer event version than this process can read, left pending for a
+    #: process that declares it (each time one came back)
+    held: int
     in_flight: int  #: listener calls running now
 
 
@@ -94,6 +99,16 @@ class JanitorStatistics:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class IgnoredField:
+    """A field of stored payloads that this process's class of the event does not declare,
+    and how many deliveries the tolerant reader ignored it in."""
+
+    event: str
+    field: str
+    count: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class DurableStatistics:
     """A snapshot of the durable transport of one process, for health checks and tests."""
 
@@ -103,6 +118,8 @@ class DurableStatistics:
     relay: RelayStatistics
     janitor: JanitorStatistics
     groups: tuple[GroupStatistics, ...]
+    #: per (event, field), sorted: fields the tolerant reader ignored in deliveries
+    ignored_fields: tuple[IgnoredField, ...] = ()
 
     def group(self, name: str) -> GroupStatistics:
         """The statistics of the group of listener *name* (or of the group *name*).
