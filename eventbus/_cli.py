@@ -1,5 +1,7 @@
 """``python -m eventbus failures list|show|retry|purge``: inspect and retry the failure table;
 ``python -m eventbus streams ...``: operate durable events (:mod:`eventbus._cli_streams`);
+``python -m eventbus schema dump|check`` and ``asyncapi``: the declared events, a CI gate and
+an AsyncAPI document (:mod:`eventbus._cli_schema`);
 ``python -m eventbus doctor``: the version, the extras, a ``scheduler`` name clash
 (:mod:`eventbus._doctor`). Installed as the ``eventbus`` command too.
 
@@ -30,6 +32,7 @@ import anyio
 
 from ._bus import EventBus
 from ._chain import causation_chain
+from ._cli_schema import add_schema_parsers
 from ._cli_streams import StreamsInputError, add_streams_parser
 from ._doctor import add_doctor_parser, doctor
 from ._failures import FailureRecord, FailureStatus
@@ -127,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="required to purge without a filter")
     p.set_defaults(handler=_purge)
     add_streams_parser(commands, db_help=DB_HELP, when=_when)
+    add_schema_parsers(commands)
     add_doctor_parser(commands)
     return parser
 

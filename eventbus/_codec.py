@@ -43,7 +43,7 @@ from typing import Any
 from ._events import Event, EventRegistry
 from ._exceptions import PayloadError
 
-__all__ = ["decode_object", "decode_payload", "encode_payload"]
+__all__ = ["decode_object", "decode_payload", "encode_payload", "encode_value"]
 
 
 class _CodecError(Exception):
@@ -91,6 +91,17 @@ def decode_payload(registry: EventRegistry, name: str, text: str) -> Event:
         return cls(**kwargs)
     except _CodecError as exc:
         raise PayloadError(name, str(exc)) from None
+
+
+def encode_value(value: Any, hint: Any) -> Any:
+    """One value of annotation *hint* as JSON data (a field's default, for the schema).
+
+    :raises ValueError: if the value does not fit its annotation
+    """
+    try:
+        return _encode(value, hint, "value")
+    except _CodecError as exc:
+        raise ValueError(str(exc)) from None
 
 
 # -- encoding ------------------------------------------------------------------------------------
