@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._asyncapi import asyncapi_document as asyncapi_document
 from ._bus import BusStatistics as BusStatistics
 from ._bus import EventBus as EventBus
 from ._codec import decode_payload as decode_payload
@@ -104,6 +105,7 @@ __all__ = [
     "UnreadableVersionError",
     "UpcasterError",
     "WrongThreadError",
+    "asyncapi_document",
     "current_emission",
     "decode_payload",
     "decode_stored",
