@@ -166,3 +166,22 @@ def test_the_envelope_carries_the_version_and_reads_old_entries_as_version_1() -
         Envelope.from_fields("1-0", {**env.fields(), "event_version": "x"})
     with pytest.raises(EnvelopeError, match="version '2', expected '1'"):  # the envelope's own
         Envelope.from_fields("1-0", {**env.fields(), "v": "2"})
+
+
+def test_a_durable_failure_row_keeps_the_version_of_its_payload() -> None:
+    from datetime import UTC, datetime
+
+    from eventbus import FailureRecord
+    from eventbus.durable._link import DurableLink, link_of
+
+    link = DurableLink(group="svc:grant", stream="s", entry="1-0", deliveries=3, seq=9, version=2)
+    now = datetime.now(UTC)
+    rec = FailureRecord(
+        id="f", event_id="e", event_name="order.paid", payload="{}", payload_ok=True,
+        listener="grant", error_type="E", message="m", traceback="", first_failed_at=now,
+        last_failed_at=now, note=link.note(),
+    )  # fmt: skip
+    assert link_of(rec) == link  # from the note: the row written before the columns
+    assert link_of(rec.replace(**link.columns())) == link  # from the columns, the note's rest
+    old = rec.replace(note=link.note().replace(" version=2", ""))  # before versions: unknown
+    assert link_of(old) == DurableLink("svc:grant", "s", "1-0", 3, 9, None, None)
