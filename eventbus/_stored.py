@@ -20,15 +20,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ._codec import decode_object
 from ._events import Event, EventRegistry, Upcaster, default_registry
-from ._exceptions import PayloadError, UnreadableVersionError
+from ._exceptions import EventBusError, PayloadError, UnreadableVersionError
+from ._failures import FailureRecord
 
-__all__ = ["StoredEvent", "decode_stored", "readable", "upcast", "upcaster"]
+__all__ = ["StoredEvent", "decode_stored", "read_now", "readable", "upcast", "upcaster"]
 
 logger = logging.getLogger("eventbus")
 
@@ -144,6 +146,23 @@ def decode_stored(
         return StoredEvent(event)
     _log_first(name, stored, current, ignored)
     return StoredEvent(event, tuple(ignored))
+
+
+_NOTE_VERSION = re.compile(r"^durable .*\bversion=(\d+)")
+
+
+def read_now(registry: EventRegistry, rec: FailureRecord) -> tuple[int | None, str]:
+    """A failure row's payload as this process reads it (upcast, tolerantly), for the views
+    of a row: ``(stored version, the event's repr or why it cannot be read)``. The version is
+    the one a durable row's note names (``None``: not recorded, read as the declared one)."""
+    found = _NOTE_VERSION.search(rec.note or "")
+    version = int(found[1]) if found else None
+    if not rec.payload_ok:
+        return version, "not readable: the payload was not JSON-encodable"
+    try:
+        return version, repr(decode_stored(registry, rec.event_name, rec.payload, version).event)
+    except EventBusError as exc:
+        return version, f"not readable by this process: {exc}"
 
 
 def _log_first(name: str, stored: int, current: int, ignored: list[str]) -> None:

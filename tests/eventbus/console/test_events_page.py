@@ -95,3 +95,25 @@ async def test_the_page_lists_each_event_with_its_listeners_and_the_asyncapi_dow
             assert "<dt>declared</dt><dd>" in overview
     finally:
         await engine.dispose()
+
+
+async def test_a_failure_page_shows_the_payload_as_this_process_reads_it() -> None:
+    from datetime import UTC, datetime
+
+    from eventbus import FailureRecord
+
+    now = datetime.now(UTC)
+    row = FailureRecord(
+        id="f" * 32, event_id="e1", event_name="order.paid", payload='{"order_id": 5}',
+        payload_ok=True, listener="grant", error_type="RuntimeError", message="down",
+        traceback="", first_failed_at=now, last_failed_at=now,
+        note="durable group=svc:grant stream=s entry=1-0 deliveries=3 version=1",
+    )  # fmt: skip
+    store = MemoryFailureStore()
+    store.record(row)
+    bus = EventBus(REG, store)
+    async with console_client(bus) as (http, _):
+        await login(http)
+        page = html.unescape((await http.get(f"/ops/failures/{row.id}")).text)
+    assert "stored at version 1, declared version 2" in page
+    assert "OrderPaid(order_id=5, currency='EUR')" in page  # through the upcaster
