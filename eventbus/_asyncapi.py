@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ._catalog import EventInfo, catalog
 
 if TYPE_CHECKING:
-    from ._bus import EventBus
+    from ._core._bus import EventBus
 
 __all__ = ["asyncapi_document", "dump_yaml"]
 

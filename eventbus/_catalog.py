@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ._schema import event_schema, snapshot
 
 if TYPE_CHECKING:
-    from ._bus import EventBus
+    from ._core._bus import EventBus
 
 __all__ = ["DurableListenerInfo", "EventInfo", "FieldInfo", "catalog"]
 

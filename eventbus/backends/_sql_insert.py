@@ -20,8 +20,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .._failures import FailureRecord, FailureStatus
-from ..cli import describe_error
+from .._failures import FailureRecord, FailureStatus, describe_error
 from ._sql_table import _row, _utc
 
 __all__ = ["BatchInsert"]

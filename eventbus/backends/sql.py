@@ -18,6 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from .._public import show_as_module
 from ..extras import missing_extra
 
 if _missing := missing_extra(__name__, "sql"):
@@ -65,7 +66,8 @@ __all__ = [
 
 # The schema and the shared plumbing live in private modules; reprs and tracebacks show the
 # path users import from.
-for _obj in (
+show_as_module(
+    __name__,
     UTCDateTime,
     add_missing_columns,
     create_tables,
@@ -75,9 +77,8 @@ for _obj in (
     migrate_tables,
     missing_columns,
     redact_url,
-):
-    _obj.__module__ = __name__
-del _obj
+    within="eventbus.backends",
+)
 
 #: The library's and the CLI's default database: a file in the current directory, unless the
 #: ``EVENTBUS_DB`` environment variable holds another URL.

@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 if TYPE_CHECKING:
     from redis.commands.core import AsyncScript
 
-    from ._runtime import AnyRedis
 
 __all__ = ["ScriptCall", "Scripts", "run_scripts"]
 
@@ -238,7 +238,7 @@ return kept
 class Scripts:
     """The scripts registered on one client (``EVALSHA``, loaded again after a restart)."""
 
-    def __init__(self, client: AnyRedis) -> None:
+    def __init__(self, client: Redis | RedisCluster) -> None:
         self.publish: AsyncScript = client.register_script(PUBLISH)
         self.settle: AsyncScript = client.register_script(SETTLE)
         self.renew: AsyncScript = client.register_script(RENEW)
@@ -251,7 +251,7 @@ class Scripts:
 
 
 async def run_scripts(
-    client: AnyRedis, calls: Sequence[ScriptCall], *, reload: bool = True
+    client: Redis | RedisCluster, calls: Sequence[ScriptCall], *, reload: bool = True
 ) -> list[Any]:
     """``EVALSHA`` every call in one pipeline; return each call's reply or exception.
 
