@@ -185,3 +185,43 @@ def test_bad_input_is_one_line_and_exit_2(
     assert err.count("\n") == 1 and "it is not an events snapshot" in err
     assert main(["schema", "dump", "--app", "no_such_module_here:bus"]) == 2
     assert "error: --app 'no_such_module_here:bus' cannot be loaded" in capsys.readouterr().err
+
+
+def test_failures_show_with_app_reads_the_payload_as_that_code_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from datetime import UTC, datetime
+
+    import anyio
+
+    from eventbus import FailureRecord
+    from eventbus.backends.sql import SqlFailureStore
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = write_module(
+        tmp_path,
+        paid("order_id: int\nnote: str = ''\ncurrency: str", version=2)
+        + '\n@upcaster("order.paid", from_version=1, registry=reg)\n'
+        "def up(d: dict[str, Any]) -> dict[str, Any]:\n    return {**d, 'currency': 'EUR'}\n",
+    )
+    now = datetime.now(UTC)
+    row = FailureRecord(
+        id="a" * 32, event_id="e1", event_name="order.paid", payload='{"order_id": 5}',
+        payload_ok=True, listener="grant", error_type="RuntimeError", message="down",
+        traceback="", first_failed_at=now, last_failed_at=now,
+        note="durable group=svc:grant stream=s entry=1-0 deliveries=3 version=1",
+    )  # fmt: skip
+    url = f"sqlite+aiosqlite:///{tmp_path / 'f.db'}"
+
+    async def write() -> None:
+        async with SqlFailureStore(url) as store:
+            store.record(row)
+
+    anyio.run(write, backend="asyncio")
+    assert main(["failures", "show", "--db", url, "aaaa", "--app", f"{mod}:bus"]) == 0
+    out = capsys.readouterr().out
+    assert "as --app reads it (stored at version 1, declared version 2):" in out
+    assert "Paid(order_id=5, note='', currency='EUR')" in out
+    assert main(["failures", "show", "--db", url, "aaaa", "--app", f"{mod}:bus", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["read_now"] == "Paid(order_id=5, note='', currency='EUR')"
