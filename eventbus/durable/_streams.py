@@ -41,7 +41,7 @@ from ._registry import forget_group, register_group
 from ._relay import Relay
 from ._runtime import AnyRedis, Fault, Runtime, logger, utcnow
 from ._server import check_pool, check_servers, client_from_url
-from ._stats import DurableStatistics, RelayCounters
+from ._stats import DurableStatistics, IgnoredField, RelayCounters
 from ._status import DeadLetter, StreamStatus, dead_letters, discover_events, stream_status
 from ._tables import create_durable_tables, inbox, inbox_table, outbox, outbox_table
 from ._tasks import Tasks
@@ -345,6 +345,10 @@ class RedisStreams:
             relay=(self.relay.counters if self.relay else RelayCounters()).snapshot(),
             janitor=self._tasks.janitor.statistics(),
             groups=groups,
+            ignored_fields=tuple(
+                IgnoredField(event, field, n)
+                for (event, field), n in sorted(self.rt.ignored.items())
+            ),
         )
 
     def _check_pool(self, listeners: int) -> None:
