@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 __all__ = [
     "UTCDateTime",
     "add_missing_columns",
+    "check_async_engine",
     "database_url",
     "make_engine",
     "migrate_tables",
@@ -51,6 +52,25 @@ def redact_url(url: str | sa.URL) -> str:
         return sa.make_url(url).render_as_string(hide_password=True)
     except (sa_exc.ArgumentError, ValueError, TypeError):
         return _PASSWORD.sub(r"\1:***@", url)
+
+
+def check_async_engine(value: object, owner: str, *, url_ok: bool = False) -> None:
+    """Refuse what is not an ``AsyncEngine`` (nor, with *url_ok*, a URL or a path) at once,
+    rather than as an internal error at first use (a sync ``create_engine()``'s, say).
+
+    :raises TypeError: one line naming *owner*, what it needs and what it was given
+    """
+    if isinstance(value, AsyncEngine):
+        return
+    if url_ok and (value is None or isinstance(value, str | os.PathLike | sa.URL)):
+        return
+    needs = "an AsyncEngine or a database URL" if url_ok else "an AsyncEngine"
+    given = f"{type(value).__module__}.{type(value).__qualname__}"
+    hint = ""
+    if isinstance(value, sa.Engine):
+        given = "a sync Engine (sqlalchemy.create_engine)"
+        hint = "; build it with sqlalchemy.ext.asyncio.create_async_engine(...)"
+    raise TypeError(f"{owner} needs {needs}, got {given}{hint}")
 
 
 def database_url(value: str | os.PathLike[str] | sa.URL, *, must_exist: bool = False) -> sa.URL:

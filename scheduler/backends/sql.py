@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from anyio.abc import AsyncResource
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from eventbus.backends.sql import make_engine, missing_columns
+from eventbus.backends.sql import check_async_engine, make_engine, missing_columns
 
 from .._jobs import JobDefinition
 from .._records import RunRecord, RunStatus, abandoned_error
@@ -100,6 +100,7 @@ class SqlRunStore(AsyncResource):
     """
 
     def __init__(self, engine: AsyncEngine, *, create: bool = True) -> None:
+        check_async_engine(engine, "SqlRunStore (or SqlRunStore.from_url(url))")
         self.engine = engine
         self._owns_engine = False
         self._tables = _Tables(engine, create=create, tables=(runs_table, paused_table))
@@ -263,6 +264,7 @@ class SqlJobStore(AsyncResource):
     """
 
     def __init__(self, engine: AsyncEngine, *, create: bool = True) -> None:
+        check_async_engine(engine, "SqlJobStore")
         self.engine = engine
         self._tables = _Tables(engine, create=create, tables=(jobs_table,))
 
