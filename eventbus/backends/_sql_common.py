@@ -82,8 +82,8 @@ def database_url(value: str | os.PathLike[str] | sa.URL, *, must_exist: bool = F
 
     :param must_exist: refuse a SQLite file that is not there (connecting would create an
         empty one): for commands that read an existing database
-    :raises ValueError: for an empty value, or a URL that does not parse (the message masks
-        the password)
+    :raises ValueError: for an empty value, a URL that does not parse, or a ``postgres://``
+        one (the message masks the password, and says what to write)
     :raises FileNotFoundError: with *must_exist*, when the SQLite file does not exist
     """
     if isinstance(value, sa.URL):
@@ -99,6 +99,11 @@ def database_url(value: str | os.PathLike[str] | sa.URL, *, must_exist: bool = F
             raise ValueError(
                 f"{redact_url(text)!r} is not a database URL ({exc}); {_EXAMPLES}"
             ) from None
+    if url.drivername.partition("+")[0] == "postgres":  # Heroku-style DATABASE_URL
+        raise ValueError(
+            f"{redact_url(url)!r}: SQLAlchemy has no 'postgres://' scheme; use "
+            "'postgresql+asyncpg://' with the rest of the URL unchanged"
+        )
     if must_exist and (path := sqlite_file(url)) is not None and not path.is_file():
         raise FileNotFoundError(
             f"no database file at {str(path)!r} (from {redact_url(url)!r}); nothing was created"
