@@ -21,7 +21,7 @@ publisher gets a :class:`ListenerErrors` group. Background listeners (async ones
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._bus import BusStatistics as BusStatistics
 from ._bus import EventBus as EventBus
@@ -107,7 +107,7 @@ if TYPE_CHECKING:
     __version__: str  # the distribution's, read on first access
 else:
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> object:
         if name != "__version__":
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         from ._version import version
@@ -124,3 +124,4 @@ for _name in __all__:
         except (AttributeError, TypeError):
             pass
 del _name, _obj
+del TYPE_CHECKING, annotations  # dir(eventbus): the public names, not typing helpers

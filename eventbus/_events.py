@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import decimal
+import difflib
 import enum
 import sys
 import types
@@ -71,7 +72,13 @@ class EventRegistry:
         try:
             return self._by_name[name]
         except KeyError:
-            raise UnknownEventError(name) from None
+            close = self.did_you_mean(name)
+            raise UnknownEventError(name, *([close] if close else [])) from None
+
+    def did_you_mean(self, name: str) -> str:
+        """``did you mean 'order.paid'?`` for a misspelt *name*; empty if nothing is close."""
+        close = difflib.get_close_matches(name, self._by_name, n=1, cutoff=0.75)
+        return f"did you mean {close[0]!r}?" if close else ""
 
     def __contains__(self, item: object) -> bool:
         if isinstance(item, str):
@@ -305,6 +312,12 @@ def coerce_event(
         return registry.build(event, {} if payload is None else payload)
     if payload is not None:
         raise TypeError("pass either an event instance or a name and a payload, not both")
+    if isinstance(event, type) and issubclass(event, Event):
+        raise PayloadError(
+            event.__event_name__ or event.__qualname__,
+            f"emit() takes an Event instance, got the class {event.__qualname__} itself; "
+            f"build one: emit({event.__qualname__}(...))",
+        )
     if not isinstance(event, Event):
         raise PayloadError(
             getattr(event, "__event_name__", type(event).__name__),

@@ -381,7 +381,9 @@ class ListenerTable:
             compile_pattern(event)
             if not is_pattern(event) and event not in self.registry:
                 raise UnknownEventError(
-                    event, "declare it before subscribing, or subscribe with a wildcard pattern"
+                    event,
+                    self.registry.did_you_mean(event)
+                    or "declare it before subscribing, or subscribe with a wildcard pattern",
                 )
             return event
         if isinstance(event, type) and issubclass(event, Event):
