@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -311,8 +312,18 @@ def _store(db: str | None) -> SqlFailureStore:
         store = SqlFailureStore(database_url(db or default_db_url()), create_table=False)
         database_url(store.engine.url, must_exist=True)
     except (ValueError, FileNotFoundError) as exc:
-        raise _InputError(f"--db {exc}") from None
+        raise _InputError(f"{db_source(db)} {exc}") from None
     return store
+
+
+def db_source(db: str | None) -> str:
+    """Where the database of a message came from: ``--db``, ``$EVENTBUS_DB``, or the default
+    (an error about ``--db`` reads wrong when none was given)."""
+    if db:
+        return "--db"
+    if os.environ.get("EVENTBUS_DB"):
+        return "$EVENTBUS_DB (no --db given):"
+    return "the default database (no --db given, no $EVENTBUS_DB; give --db URL|PATH):"
 
 
 async def _open(db: str | None) -> SqlFailureStore:
@@ -390,6 +401,11 @@ def _as_dict(rec: FailureRecord) -> dict[str, Any]:
         if isinstance(value, datetime):
             out[key] = value.isoformat()
     out["status"] = rec.status.value
+    if rec.payload_ok:  # the fields as JSON, not a JSON string inside the JSON
+        try:
+            out["payload"] = json.loads(rec.payload)
+        except ValueError:
+            pass  # as stored
     return out
 
 

@@ -138,7 +138,9 @@ def _transport(args: argparse.Namespace, *, db: bool) -> RedisStreams:
         try:
             engine = database_url(getattr(args, "db", None) or default_db_url(), must_exist=True)
         except (ValueError, FileNotFoundError) as exc:
-            raise StreamsInputError(f"--db {exc}") from None
+            from ._cli import db_source
+
+            raise StreamsInputError(f"{db_source(getattr(args, 'db', None))} {exc}") from None
     try:
         return RedisStreams(
             url,  # a URL: the transport builds the client and closes it in aclose()
