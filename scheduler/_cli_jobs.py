@@ -262,7 +262,11 @@ async def _store_paused(args: argparse.Namespace, paused: bool) -> bool:
         async with engine.connect() as conn:
             has_jobs = await conn.run_sync(lambda c: sa.inspect(c).has_table("scheduler_jobs"))
         if not has_jobs:
-            raise InputError(f"{where!r} has no job table (scheduler_jobs) to pause jobs in")
+            verb = "pause" if paused else "resume"
+            raise InputError(
+                f"{where!r} has no job table (scheduler_jobs) to {verb} jobs in; for a job "
+                f"written in code, {verb} it with --app MODULE:ATTR (its SQL run store)"
+            )
         # create=True: a job table of an older version gets its 'paused' column first
         return await _flip(SqlJobStore(engine), args.name, paused, repr(where))
 
@@ -274,9 +278,10 @@ async def _flip_code_job(sched: Scheduler, name: str, paused: bool, app: str) ->
         known = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if names[10:] else "")
         raise InputError(f"no job named {name!r} in --app {app!r}; known jobs: {known or 'none'}")
     if sched.pause_scope(name) == "process":
+        verb = "pause" if paused else "resume"
         raise InputError(
             f"--app {app!r} keeps the paused state of {name!r} in its own process (its run "
-            "store is kept in memory): pause it there (the console, or sched.pause()), or "
+            f"store is kept in memory): {verb} it there (the console, or sched.{verb}()), or "
             "give the scheduler a SqlRunStore"
         )
     job = sched.get(name)
