@@ -249,7 +249,9 @@ class Console:
             return self._login.not_signed_in(request)
         preq = self._page_request(request, session)
         panels = [p for page in self.pages if (p := await page.panel(preq)) is not None]
-        return self._finish(preq.render("overview.html", panels=panels), request, cookie)
+        return self._finish(
+            preq.render("overview.html", panels=panels, refresh=True), request, cookie
+        )
 
     async def _actions(self, request: Request) -> Response:
         session, cookie = await self._login.session(request)

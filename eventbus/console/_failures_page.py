@@ -134,6 +134,7 @@ class FailuresPage:
         query = filters.query()
         return request.render(
             "failures.html",
+            refresh=True,
             status=400 if errors else 200,
             errors=errors,
             filters=filters,
