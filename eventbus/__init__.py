@@ -33,6 +33,7 @@ from ._emission import current_emission as current_emission
 from ._events import Event as Event
 from ._events import EventRegistry as EventRegistry
 from ._events import default_registry as default_registry
+from ._events import validate_events as validate_events
 from ._exceptions import BusNotRunningError as BusNotRunningError
 from ._exceptions import DuplicateEventError as DuplicateEventError
 from ._exceptions import DuplicateListenerError as DuplicateListenerError
@@ -101,6 +102,7 @@ __all__ = [
     "default_registry",
     "encode_payload",
     "matches",
+    "validate_events",
 ]
 
 if TYPE_CHECKING:

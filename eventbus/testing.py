@@ -24,7 +24,7 @@ from typing import Any, cast
 import anyio
 
 from ._bus import EventBus
-from ._events import Event, EventRegistry
+from ._events import Event, EventRegistry, validate_events
 from ._failures import FailureRecord
 from ._listeners import default_listener_name
 
@@ -38,6 +38,7 @@ __all__ = [
     "capture_failures",
     "fresh_registry",
     "running_bus",
+    "unchecked_events",
 ]
 
 # One sequence for the whole process, so calls of different listeners can be ordered.
@@ -365,3 +366,15 @@ async def running_bus(
     unexpected = [r for r in capture.records if r.id not in capture.claimed]
     if unexpected and not expect_failures:
         raise UnexpectedFailuresError(unexpected)
+
+
+@contextmanager
+def unchecked_events() -> Iterator[None]:
+    """Build events without checking their fields inside the block, as production does: for
+    a test of what happens to an ill-typed event that got through (see
+    :func:`eventbus.validate_events`, which pytest turns on)."""
+    previous = validate_events(False)
+    try:
+        yield
+    finally:
+        validate_events(previous)
