@@ -64,6 +64,7 @@ def _row_to_record(row: sa.Row[Any]) -> RunRecord:
         lock_lost=bool(m["lock_lost"]),
         result=None if m.get("result") is None else json.loads(m["result"]),
         result_repr=bool(m.get("result_repr")),
+        traceback=m.get("traceback"),
     )
 
 
@@ -84,6 +85,7 @@ def _values(record: RunRecord) -> dict[str, Any]:
         "lock_lost": record.lock_lost,
         "result": None if record.result is None else json.dumps(record.result),
         "result_repr": record.result_repr,
+        "traceback": record.traceback,
     }
 
 
