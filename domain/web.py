@@ -33,7 +33,9 @@ included; a body over 16 KiB is a 413 (:mod:`domain._web_http`). The admin route
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import functools
 import hashlib
 import logging
 import os
@@ -51,6 +53,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
+from eventbus.cli import InputError
+
+from ._cli import check_database, check_reachable, check_redis_url, port, run_cli
 from ._web_admin import admin_routes
 from ._web_http import BadRequest, Handler, error, http_error, json_object, running_app
 from .app import App
@@ -364,12 +369,61 @@ def _json_type(value: object) -> str:
 # -- serving -------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m domain.web``: serve the application with uvicorn (loopback by default);
-    configuration, database and Redis are checked first, each error one line."""
-    from ._cli import serve
+def main(argv: list[str] | None = None, *, overrides: dict[str, Any] | None = None) -> int:
+    """``python -m domain.web``: serve the application with uvicorn (loopback by default).
 
-    return serve(argv)
+    The configuration, the database and Redis are checked first, so that their errors are
+    one line (an error in the lifespan, under uvicorn, is a traceback). *overrides* go to
+    :meth:`WebConfig.from_env` (the web demo sets its console token and seed this way).
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m domain.web",
+        description="Serve the domain web application with uvicorn; EVENTBUS_ADMIN_TOKEN "
+        "enables the /admin routes.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="interface (default: loopback)")
+    parser.add_argument("--port", type=port, default=8000, help="TCP port (default: 8000)")
+    parser.add_argument(
+        "--db", metavar="PATH|URL", help="SQLite file or SQLAlchemy URL (default: $EVENTBUS_WEB_DB)"
+    )
+    parser.add_argument("--redis", metavar="URL", help="counters and locks in Redis at URL")
+    args = parser.parse_args(argv)
+    db = args.db or os.environ.get("EVENTBUS_WEB_DB")  # what WebConfig.from_env reads: named
+    redis_url = args.redis or os.environ.get("EVENTBUS_REDIS_URL") or None  # in an error
+    serving = functools.partial(_serve, args, dict(overrides or {}))
+    return run_cli(serving, db=db, redis_url=redis_url)
+
+
+def _serve(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
+    import anyio
+    import uvicorn
+
+    from eventbus.console import LoginSecretError
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+    )
+    if args.db is not None:
+        overrides["db"] = args.db
+    if args.redis is not None:
+        overrides["redis_url"] = args.redis
+    config = WebConfig.from_env(**overrides)
+    check_database(config.db)
+    if config.redis_url is not None:
+        check_redis_url(config.redis_url)
+    anyio.run(check_reachable, config.db, config.redis_url, backend="asyncio")
+    if not config.admin_enabled:
+        logger.warning("EVENTBUS_ADMIN_TOKEN is not set: the /admin routes are disabled")
+    try:
+        web = create_app(config)
+    except LoginSecretError as exc:
+        raise InputError(f"EVENTBUS_CONSOLE_TOKEN: {exc}") from None
+    if config.console_token is None:
+        logger.warning("EVENTBUS_CONSOLE_TOKEN is not set: the /ops console is disabled")
+    else:
+        logger.info("the operator console is at http://%s:%d/ops", args.host, args.port)
+    uvicorn.run(web, host=args.host, port=args.port, log_level="info")
+    return 0
 
 
 if __name__ == "__main__":

@@ -37,10 +37,10 @@ from eventbus.console import (
     parse_int,
 )
 
+from ._core._loop import Scheduler
+from ._core._registry import PauseScope
 from ._exceptions import JobLookupError
-from ._loop import Scheduler
 from ._records import RunRecord, RunStatus
-from ._registry import PauseScope
 
 __all__ = ["JobsPage", "RunsPage", "job_path", "scheduler_pages"]
 

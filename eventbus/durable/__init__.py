@@ -5,6 +5,7 @@ Importing this package loads SQLAlchemy and redis; ``import eventbus`` does not.
 
 from __future__ import annotations
 
+from .._public import show_as_module
 from ..extras import missing_extra
 
 if _missing := missing_extra(__name__, "redis", "sql"):
@@ -76,11 +77,4 @@ __all__ = [
     "register_durable_events",
 ]
 
-for _name in __all__:
-    _obj = globals()[_name]
-    if getattr(_obj, "__module__", "").startswith("eventbus.durable."):
-        try:
-            _obj.__module__ = "eventbus.durable"
-        except (AttributeError, TypeError):
-            pass
-del _name, _obj
+show_as_module(__name__, *(globals()[name] for name in __all__))

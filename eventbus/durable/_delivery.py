@@ -25,11 +25,11 @@ from .._events import Event
 from .._exceptions import ListenerTimeoutError
 from .._failures import FailureRecord, FailureStatus, safe_str
 from ._context import Delivery, delivery_var
-from ._envelope import DeadInfo, Envelope, EnvelopeError, raw_value
+from ._envelope import MAX_FIELDS, DeadInfo, Envelope, EnvelopeError, raw_value, shorten
 from ._events import DeadLettered
 from ._exceptions import DeliveriesExhaustedError
 from ._group import Entry, Group
-from ._link import DurableLink, failure_id
+from ._link import DurableLink, failure_id, link_of
 from ._runtime import REDIS_ERRORS, logger, utcnow
 
 __all__ = ["deliver"]
@@ -60,7 +60,7 @@ def _envelope(group: Group, entry: Entry) -> Envelope:
     env = Envelope.from_fields(entry.id, entry.fields)
     wanted = group.listener.event_name
     if env.name != wanted:
-        raise EnvelopeError(entry.id, f"it is an event for {env.name!r}, not for {wanted!r}")
+        raise EnvelopeError(entry.id, f"it is an event for {shorten(env.name)}, not for {wanted!r}")
     return env
 
 
@@ -75,12 +75,16 @@ async def _deliver(group: Group, entry: Entry) -> None:
         exhausted = DeliveriesExhaustedError(group.name, entry.deliveries, opts.max_deliveries)
         await _dead_letter(group, entry, env, None, exhausted)
         return
-    event: Event | None = None
+    try:
+        event = decode_payload(rt.registry, env.name, env.payload)
+    except Exception as exc:  # the same bytes fail the same way at every delivery: no retry
+        group.counters.failed += 1
+        await _dead_letter(group, entry, env, None, exc)
+        return
     group.counters.delivered += 1
     delivery = Delivery.of(env, group=group.name, entry_id=entry.id, deliveries=entry.deliveries)
     token = delivery_var.set(delivery)
     try:
-        event = decode_payload(rt.registry, env.name, env.payload)
         ran = await _call(group, event, env)
     except Exception as exc:
         group.counters.failed += 1
@@ -93,9 +97,29 @@ async def _deliver(group: Group, entry: Entry) -> None:
     else:
         group.counters.succeeded += 1
     group.ack_later(entry)
-    dead = DeadInfo.from_fields(entry.fields)
+    dead = _handed_back(group, entry)
     if dead is not None:
         await _resolve(group, dead, env)
+
+
+def _handed_back(group: Group, entry: Entry) -> DeadInfo | None:
+    """The ``dead_*`` fields of an entry handed back to this group, which name its failure
+    row; ``None`` for any other entry. Fields on the event's own stream, or naming another
+    group, are ignored: whoever can write to Redis could otherwise resolve or overwrite any
+    failure row (:func:`_owns` checks the row itself)."""
+    if entry.stream != group.restream:
+        return None
+    dead = DeadInfo.from_fields(entry.fields)
+    if dead is None or dead.group != group.name or not dead.failure_id:
+        return None
+    return dead
+
+
+def _owns(group: Group, row: FailureRecord | None) -> bool:
+    """Whether *row* is a failure row of this group (one it may resolve or update); a row
+    written before the ``durable_*`` columns existed says so in its note."""
+    link = link_of(row) if row is not None else None
+    return link is not None and link.group == group.name
 
 
 async def _call(group: Group, event: Event, env: Envelope) -> bool:
@@ -184,8 +208,8 @@ async def _dead_letter(
     """Write the failure row (and wait until it is stored), then move the entry to the
     dead-letter stream and acknowledge it, atomically (the ``DEAD_LETTER`` script)."""
     rt, opts = group.rt, group.rt.options
-    previous = DeadInfo.from_fields(entry.fields)
-    fid = previous.failure_id if previous else failure_id(group.name, entry.stream, entry.id)
+    previous = await _previous_row(group, entry)
+    fid = previous.id if previous else failure_id(group.name, entry.stream, entry.id)
     rec = _record(group, entry, env, event, exc, fid)
     await _store(group, rec, previous, exc)
     error = f"{rec.error_type}: {rec.message}"
@@ -197,9 +221,9 @@ async def _dead_letter(
         failure_id=fid,
     )
     args: list[str | bytes] = [group.name, entry.id, str(opts.dead_maxlen)]
-    for field, value in entry.fields.items():
-        if not field.startswith("dead_"):
-            args += (raw_value(field), raw_value(value))  # a damaged entry's bytes as they were
+    kept = [f for f in entry.fields.items() if not f[0].startswith("dead_")][:MAX_FIELDS]
+    for field, value in kept:  # at most MAX_FIELDS: an entry with more was refused for it
+        args += (raw_value(field), raw_value(value))  # a damaged entry's bytes as they were
     for field, value in info.fields().items():
         args += (field, value)
     await rt.fault("dead-letter")
@@ -299,14 +323,37 @@ def _record(
     )
 
 
+async def _previous_row(group: Group, entry: Entry) -> FailureRecord | None:
+    """The failure row of an entry handed back to this group (it dies again: the row is
+    updated); ``None`` for a first death, or when the row named is not this group's."""
+    dead = _handed_back(group, entry)
+    if dead is None:
+        return None
+    try:
+        row = await group.rt.failures.get(dead.failure_id)
+    except Exception as err:  # a row of its own then: never one that may not be ours
+        logger.error("could not read the failure row %s: %s", dead.failure_id, safe_str(err))
+        return None
+    if row is not None and not _owns(group, row):
+        logger.warning(
+            "entry %s of %r names failure row %s, which is not a row of group %r: ignored",
+            entry.id,
+            entry.stream,
+            dead.failure_id[:12],
+            group.name,
+        )
+        return None
+    return row
+
+
 async def _store(
-    group: Group, rec: FailureRecord, previous: DeadInfo | None, exc: BaseException
+    group: Group, rec: FailureRecord, old: FailureRecord | None, exc: BaseException
 ) -> None:
-    """Store the row (an update when a redelivered event dies again), waiting until it is
-    written: the dead letter and the acknowledgement come after it."""
+    """Store the row (an update of *old*, this group's row of a redelivered event that died
+    again), waiting until it is written: the dead letter and the acknowledgement come after
+    it."""
     rt = group.rt
     try:
-        old = await rt.failures.get(rec.id) if previous else None
         if old is not None:
             await rt.failures.update(
                 rec.replace(
@@ -327,6 +374,14 @@ async def _resolve(group: Group, dead: DeadInfo, env: Envelope) -> None:
     try:
         old = await rt.failures.get(dead.failure_id)
         if old is None or old.status is FailureStatus.RESOLVED:
+            return
+        if not _owns(group, old) or old.event_id != env.event_id:
+            logger.warning(
+                "event %s succeeded in group %r, but failure row %s is not its row: left as is",
+                env.event_id,
+                group.name,
+                dead.failure_id[:12],
+            )
             return
         await rt.failures.update(old.replace(status=FailureStatus.RESOLVED, resolved_at=utcnow()))
     except Exception as exc:

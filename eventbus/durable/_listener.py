@@ -7,9 +7,9 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Literal
 
+from .._core._listeners import default_listener_name, is_async_callable
+from .._core._signatures import check_listener_signature
 from .._events import Event
-from .._listeners import default_listener_name, is_async_callable
-from .._signatures import check_listener_signature
 from ._keys import group_name
 
 __all__ = ["DurableListener", "Start", "make_listener"]

@@ -12,9 +12,9 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from .._core._log_limit import LogLimiter
 from .._events import Event, EventRegistry
 from .._failures import FailureRecord
-from .._log_limit import LogLimiter
 from ..abc import FailureStore
 from ._inbox import Inbox
 from ._keys import StreamKeys

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from eventbus._cli import main
-from eventbus._install import install_command
+from eventbus._cli._install import install_command
+from eventbus._cli._main import main
 from eventbus.extras import EXTRAS
 
 ROOT = Path(__file__).resolve().parents[3]
