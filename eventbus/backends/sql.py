@@ -109,6 +109,8 @@ class SqlStoreStatistics:
     rejected: int  #: refused by the database (e.g. too long) or unreadable in the spill file
     lost: int  #: stored nowhere: the spill file could not take them either (logged at ERROR)
     outage: bool  #: the last write attempt failed
+    #: accepted and not yet in the table: buffered, or in the spill file and not read back
+    waiting: int = 0
 
 
 class SqlFailureStore:
@@ -238,6 +240,7 @@ class SqlFailureStore:
             rejected=w.rejected,
             lost=w.lost,
             outage=w.outage is not None,
+            waiting=w.waiting,
         )
 
     # -- recording and lifecycle -----------------------------------------------------------------

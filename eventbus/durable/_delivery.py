@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import time
 from typing import Any
 
@@ -30,7 +31,7 @@ from ._events import DeadLettered
 from ._exceptions import DeliveriesExhaustedError
 from ._group import Entry, Group
 from ._link import DurableLink, failure_id, link_of
-from ._runtime import REDIS_ERRORS, logger, utcnow
+from ._runtime import REDIS_ERRORS, db_deadline, logger, utcnow
 
 __all__ = ["deliver"]
 
@@ -138,17 +139,26 @@ async def _call(group: Group, event: Event, env: Envelope) -> bool:
 
 
 async def _run(group: Group, event: Event, env: Envelope) -> bool:
+    """:raises TimeoutError: if the transport's own part of a ``tx`` call (the connection,
+    the inbox's row, the commit) waited on the database past ``db_timeout``"""
     rt, listener = group.rt, group.listener
     if listener.takes_tx:
-        async with rt.engine.begin() as conn:
-            if not await rt.inbox.claim(
-                conn, group=group.name, event_id=env.event_id, now=utcnow()
-            ):
-                return False
-            if listener.tx_positional:
-                await listener.fn(event, conn)
-            else:
-                await listener.fn(event, tx=conn)
+        patience = rt.options.db_timeout
+        with anyio.CancelScope() as ours:  # a deadline on our waits, not on the listener's
+            ours.deadline = anyio.current_time() + patience
+            async with rt.engine.begin() as conn:
+                if not await rt.inbox.claim(
+                    conn, group=group.name, event_id=env.event_id, now=utcnow()
+                ):
+                    return False
+                ours.deadline = math.inf  # the listener's own work: call_timeout bounds it
+                if listener.tx_positional:
+                    await listener.fn(event, conn)
+                else:
+                    await listener.fn(event, tx=conn)
+                ours.deadline = anyio.current_time() + patience  # the commit
+        if ours.cancelled_caught:  # committed or not: a retry finds the inbox row if it was
+            raise TimeoutError(f"the database did not answer within db_timeout={patience} s")
         return True
     if listener.is_async:
         value: Any = listener.fn(event)
@@ -330,7 +340,8 @@ async def _previous_row(group: Group, entry: Entry) -> FailureRecord | None:
     if dead is None:
         return None
     try:
-        row = await group.rt.failures.get(dead.failure_id)
+        with db_deadline(group.rt.options.db_timeout):
+            row = await group.rt.failures.get(dead.failure_id)
     except Exception as err:  # a row of its own then: never one that may not be ours
         logger.error("could not read the failure row %s: %s", dead.failure_id, safe_str(err))
         return None
@@ -355,11 +366,12 @@ async def _store(
     rt = group.rt
     try:
         if old is not None:
-            await rt.failures.update(
-                rec.replace(
-                    attempts=old.attempts + rec.attempts, first_failed_at=old.first_failed_at
+            with db_deadline(rt.options.db_timeout):  # a database gone silent: logged below
+                await rt.failures.update(
+                    rec.replace(
+                        attempts=old.attempts + rec.attempts, first_failed_at=old.first_failed_at
+                    )
                 )
-            )
         else:
             rt.record_failure(rec, exc)
         with anyio.move_on_after(rt.options.visibility / 2):
@@ -372,7 +384,8 @@ async def _resolve(group: Group, dead: DeadInfo, env: Envelope) -> None:
     """A redelivered dead event succeeded: its failure row becomes ``resolved``."""
     rt = group.rt
     try:
-        old = await rt.failures.get(dead.failure_id)
+        with db_deadline(rt.options.db_timeout):
+            old = await rt.failures.get(dead.failure_id)
         if old is None or old.status is FailureStatus.RESOLVED:
             return
         if not _owns(group, old) or old.event_id != env.event_id:
@@ -383,7 +396,10 @@ async def _resolve(group: Group, dead: DeadInfo, env: Envelope) -> None:
                 dead.failure_id[:12],
             )
             return
-        await rt.failures.update(old.replace(status=FailureStatus.RESOLVED, resolved_at=utcnow()))
+        with db_deadline(rt.options.db_timeout):
+            await rt.failures.update(
+                old.replace(status=FailureStatus.RESOLVED, resolved_at=utcnow())
+            )
     except Exception as exc:
         logger.warning(
             "event %s succeeded on redelivery but its failure row %s could not be resolved: %s",

@@ -132,10 +132,11 @@ async def test_what_overflows_the_buffer_is_spilled_then_written_when_the_writer
             await store.start(tg)
             for n in range(10):  # no await: the writer cannot run, the buffer fills up
                 store.record(make_record(n))
-            assert store.statistics().overflowed == 7
+            assert (store.statistics().overflowed, store.statistics().waiting) == (7, 10)
             await store.flush()
             stats = store.statistics()
             assert (stats.written, stats.spilled, stats.reingested, stats.lost) == (3, 7, 7, 0)
+            assert stats.waiting == 0
             assert sorted(await stored_ids(any_engine)) == [f"rec-{n:05d}" for n in range(10)]
             assert leftovers(spill) == []  # read back and deleted
             await store.aclose()
