@@ -21,7 +21,7 @@ publisher gets a :class:`ListenerErrors` group. Background listeners (async ones
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._asyncapi import asyncapi_document as asyncapi_document
 from ._codec import decode_payload as decode_payload
@@ -40,6 +40,7 @@ from ._core._subscription import Subscription as Subscription
 from ._events import Event as Event
 from ._events import EventRegistry as EventRegistry
 from ._events import default_registry as default_registry
+from ._events import validate_events as validate_events
 from ._exceptions import BusNotRunningError as BusNotRunningError
 from ._exceptions import DuplicateEventError as DuplicateEventError
 from ._exceptions import DuplicateListenerError as DuplicateListenerError
@@ -114,13 +115,14 @@ __all__ = [
     "encode_payload",
     "matches",
     "upcaster",
+    "validate_events",
 ]
 
 if TYPE_CHECKING:
     __version__: str  # the distribution's, read on first access
 else:
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> object:
         if name != "__version__":
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         from ._version import version
@@ -130,3 +132,4 @@ else:
 
 
 show_as_module(__name__, *(globals()[name] for name in __all__), public_too=True)
+del TYPE_CHECKING, annotations, show_as_module  # dir(eventbus): the public names only

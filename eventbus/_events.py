@@ -15,7 +15,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import decimal
+import difflib
 import enum
+import functools
+import os
 import sys
 import types
 import typing
@@ -84,7 +87,13 @@ class EventRegistry:
         try:
             return self._by_name[name]
         except KeyError:
-            raise UnknownEventError(name) from None
+            close = self.did_you_mean(name)
+            raise UnknownEventError(name, *([close] if close else [])) from None
+
+    def did_you_mean(self, name: str) -> str:
+        """``did you mean 'order.paid'?`` for a misspelt *name*; empty if nothing is close."""
+        close = difflib.get_close_matches(name, self._by_name, n=1, cutoff=0.75)
+        return f"did you mean {close[0]!r}?" if close else ""
 
     def __contains__(self, item: object) -> bool:
         if isinstance(item, str):
@@ -197,6 +206,65 @@ class EventRegistry:
 
 default_registry = EventRegistry()
 
+
+class _Validation:
+    """Whether constructing an event checks its fields against their annotations (see
+    :func:`validate_events`): on in tests and under ``python -X dev``, off in production,
+    where it would cost more than the emit itself (``benchmarks/emit_modes.py``)."""
+
+    on: bool = sys.flags.dev_mode or os.environ.get("EVENTBUS_VALIDATE", "0") not in ("", "0")
+
+
+def validate_events(enabled: bool = True) -> bool:
+    """Check every event constructed from now on against its annotations, as a payload given
+    by name is (the same simple-type check and message), or stop checking; return the
+    previous setting.
+
+    On by default under pytest (the plugin sets ``EVENTBUS_VALIDATE=1``), under
+    ``python -X dev``, and with ``EVENTBUS_VALIDATE=1``; off otherwise, because the check
+    costs more than an emit (see the performance page).
+    """
+    previous, _Validation.on = _Validation.on, bool(enabled)
+    if previous != _Validation.on:
+        pending = list(Event.__subclasses__())
+        while pending:
+            cls = pending.pop()
+            pending += cls.__subclasses__()
+            _set_checking(cls, _Validation.on)
+    return previous
+
+
+def _set_checking(cls: type, on: bool) -> None:
+    """Give *cls* the ``__init__`` that checks its fields, or its plain dataclass one: while
+    validation is off, building an event costs what it always did (nothing is added)."""
+    plain = cls.__dict__.get("_eventbus_plain_init")
+    if plain is None:  # Event itself, or the class dataclass(slots=True) replaced
+        return
+    cls.__init__ = _checked_init(plain) if on else plain  # type: ignore[misc]
+
+
+def _checked_init(plain: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(plain)
+    def __init__(self: Event, *args: Any, **kwargs: Any) -> None:
+        plain(self, *args, **kwargs)
+        check_instance(self)
+
+    return __init__
+
+
+def check_instance(event: Event) -> None:
+    """:raises PayloadError: naming the field, if a field's value does not fit its annotation
+    (as :meth:`EventRegistry.build` says it for a payload)"""
+    cls = type(event)
+    hints = cls.__registry__.type_hints(cls)
+    for field in dataclasses.fields(cls):
+        problem = check_simple_type(getattr(event, field.name), hints.get(field.name, Any))
+        if problem is not None:
+            raise PayloadError(
+                cls.__event_name__ or cls.__qualname__, f"field {field.name!r} {problem}"
+            )
+
+
 _SIMPLE: tuple[type, ...] = (
     int,
     float,
@@ -306,6 +374,8 @@ class _EventMeta(type):
         dc.__durable__ = bool(durable)
         dc.__event_version__ = version
         dc.__unknown_fields__ = unknown_fields or ("ignore" if durable else "reject")
+        dc._eventbus_plain_init = dc.__init__
+        _set_checking(dc, _Validation.on)
         if name is not None:
             reg = registry if registry is not None else default_registry
             dc.__event_name__ = name
@@ -379,6 +449,12 @@ def coerce_event(
         return registry.build(event, {} if payload is None else payload)
     if payload is not None:
         raise TypeError("pass either an event instance or a name and a payload, not both")
+    if isinstance(event, type) and issubclass(event, Event):
+        raise PayloadError(
+            event.__event_name__ or event.__qualname__,
+            f"emit() takes an Event instance, got the class {event.__qualname__} itself; "
+            f"build one: emit({event.__qualname__}(...))",
+        )
     if not isinstance(event, Event):
         raise PayloadError(
             getattr(event, "__event_name__", type(event).__name__),

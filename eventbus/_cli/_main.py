@@ -344,6 +344,11 @@ def _as_dict(rec: FailureRecord) -> dict[str, Any]:
         if isinstance(value, datetime):
             out[key] = value.isoformat()
     out["status"] = rec.status.value
+    if rec.payload_ok:  # the fields as JSON, not a JSON string inside the JSON
+        try:
+            out["payload"] = json.loads(rec.payload)
+        except ValueError:
+            pass  # as stored
     return out
 
 

@@ -163,6 +163,7 @@ class FailuresPage:
         query = filters.query()
         return request.render(
             "failures.html",
+            refresh=True,
             status=400 if errors else 503 if notices else 200,
             errors=errors,
             notices=notices,

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.orm import Session
 
 from .._codec import encode_payload
 from .._events import Event
@@ -120,6 +121,7 @@ class Outbox:
         :raises NoTransactionError: if *conn* has no open transaction, or is in autocommit
         :raises PayloadError: if an event's payload cannot be encoded as JSON
         """
+        _require_async_connection(conn, events)
         if isinstance(conn, AsyncSession):
             conn = await conn.connection()
         _require_transaction(conn, events)
@@ -377,6 +379,22 @@ async def _transaction(db: Database) -> AsyncIterator[AsyncConnection]:
             yield conn
     else:
         yield db
+
+
+def _require_async_connection(conn: object, events: Sequence[Event]) -> None:
+    """Refuse an engine, or a sync connection or session, with what is needed instead."""
+    if isinstance(conn, AsyncConnection | AsyncSession):
+        return
+    name = events[0].__event_name__ if events else "?"
+    given = f"{type(conn).__module__}.{type(conn).__qualname__}"
+    if isinstance(conn, AsyncEngine):
+        given = "an AsyncEngine, which has no transaction"
+    elif isinstance(conn, sa.Connection | sa.Engine | Session):
+        given = f"the sync {given}"
+    raise TypeError(
+        f"publish({name!r}) needs the AsyncConnection or AsyncSession of an open transaction "
+        f"('async with engine.begin() as conn:'), got {given}"
+    )
 
 
 def _require_transaction(conn: AsyncConnection, events: Sequence[Event]) -> None:

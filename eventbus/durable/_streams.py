@@ -27,7 +27,8 @@ from .._exceptions import DuplicateListenerError, DurableError, UnknownEventErro
 from .._failures import FailureRecord
 from ..abc import FailureStore
 from ..backends.memory import MemoryFailureStore
-from ..backends.sql import make_engine, redact_url
+from ..backends.redis import check_async_redis
+from ..backends.sql import check_async_engine, make_engine, redact_url
 from ._events import DurableStarted, DurableStopped, register_durable_events
 from ._handback import backfill, replay, republish
 from ._inbox import Inbox
@@ -97,12 +98,14 @@ class RedisStreams:
         self.registry = registry if registry is not None else default_registry
         self.keys = StreamKeys(prefix)
         self.client: AnyRedis
+        check_async_redis(redis, "RedisStreams")
         if isinstance(redis, str):
             # Blocking reads hold a connection each: one per group, plus headroom.
             self.client = client_from_url(redis, block=self.options.block, connections=64)
             self._owns_client = True
         else:
             self.client, self._owns_client = redis, False
+        check_async_engine(engine, "RedisStreams", url_ok=True)
         if isinstance(engine, AsyncEngine):
             self.engine, self._owns_engine = engine, False
         else:
