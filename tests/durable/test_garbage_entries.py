@@ -45,6 +45,8 @@ OTHER = make_record(8).replace(
     durable_seq=1,
     status=FailureStatus.DEAD,
 )
+#: a dead row of the group itself, for another event: a forged entry naming it may not touch it
+MINE = OTHER.replace(id="rec-00009", event_id="ev-00009", durable_group=GROUP)
 
 
 def forged(row: FailureRecord, group: str = GROUP) -> dict[Any, Any]:
@@ -122,6 +124,14 @@ CASES = {
     "forged-dead-on-restream-dies": Garbage(
         {**GOOD, "seq": "x", **forged(VICTIM)}, "seq 'x' is not an int", restream=True
     ),
+    "forged-dead-on-restream-its-groups-row-dies": Garbage(
+        {**GOOD, "payload": "{not json", **forged(MINE)},
+        "stored payload is not JSON",
+        restream=True,
+    ),
+    "forged-damaged-on-restream-its-groups-row-dies": Garbage(
+        {**GOOD, "seq": "x", **forged(MINE)}, "seq 'x' is not an int", restream=True
+    ),
     "forged-dead-on-restream-its-id": Garbage(
         {**GOOD, "event_id": VICTIM.event_id, **forged(VICTIM)}, None, restream=True
     ),
@@ -170,6 +180,7 @@ async def test_each_kind_of_garbage_entry_ends_as_a_dead_letter_and_a_row_of_its
     store = SqlFailureStore(db, spill_path=tmp_path / "spill.jsonl")
     store.record(VICTIM)
     store.record(OTHER)
+    store.record(MINE)
     before = await table(store)
     streams, got = transport(make_streams, db, store)
     stream = streams.keys.stream("order.paid")
