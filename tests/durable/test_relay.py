@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import anyio
 import pytest
+import sqlalchemy as sa
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -65,6 +66,35 @@ async def test_f4_a_relay_stalled_before_its_xadd_past_its_lease_adds_nothing(
     assert [f[b"event_id"] for _, f in found] == [event_id.encode()]  # added once
     assert claimed == [1]
     assert (a.relay.counters.published, a.relay.counters.leases_lost) == (0, 1)
+
+
+async def test_a_release_that_meets_a_database_error_closes_the_relays_connection(
+    make_streams: Factory, engine: AsyncEngine, client: Redis
+) -> None:
+    """Regression test: a batch whose XADD failed gave its rows back; when that release met
+    a database error too, the relay kept the broken connection (the claim and the mark close
+    theirs) and the next batch used it again."""
+    await create_durable_tables(engine)
+
+    async def outage(point: str) -> None:
+        if point == "adding":  # the XADD fails (WRONGTYPE), then the release finds no table
+            await client.set(streams.keys.stream("order.paid"), "not a stream")
+            async with engine.begin() as conn:
+                await conn.execute(sa.text("ALTER TABLE eventbus_outbox RENAME TO gone"))
+
+    streams = make_streams(_fault=outage)
+    relay = streams.relay
+    assert relay is not None
+    async with engine.begin() as conn:
+        await streams.publish_many([OrderPaid(order_id=1)], conn)
+    try:
+        with pytest.raises(sa.exc.OperationalError, match="gone|eventbus_outbox"):
+            await relay.publish_batch()
+        pool = engine.pool
+        assert isinstance(pool, sa.pool.QueuePool)
+        assert pool.checkedout() == 0  # closed: back to the pool (which drops it)
+    finally:
+        await relay.aclose()
 
 
 async def _gone(client: Redis, key: str) -> bool:
