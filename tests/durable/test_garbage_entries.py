@@ -23,18 +23,11 @@ from eventbus.backends.sql import SqlFailureStore, make_engine
 from eventbus.durable import RedisStreams, create_durable_tables
 from eventbus.durable._link import failure_id
 from tests.durable.conftest import Factory, entries, wait_until
+from tests.durable.entries import GOOD, forged, text
 from tests.durable.events import OrderPaid, effects, test_metadata
 from tests.eventbus.helpers import make_record
 
 GROUP = "svc:grant"
-GOOD: dict[Any, Any] = {
-    "v": "1",
-    "event_id": "garbage-1",
-    "name": "order.paid",
-    "seq": "99",
-    "occurred_at": "2026-01-01T00:00:00+00:00",
-    "payload": '{"order_id": 2}',
-}
 #: an in-process listener's failure, and a dead row of another group: neither may change
 VICTIM = make_record(7)
 OTHER = make_record(8).replace(
@@ -47,20 +40,6 @@ OTHER = make_record(8).replace(
 )
 #: a dead row of the group itself, for another event: a forged entry naming it may not touch it
 MINE = OTHER.replace(id="rec-00009", event_id="ev-00009", durable_group=GROUP)
-
-
-def forged(row: FailureRecord, group: str = GROUP) -> dict[Any, Any]:
-    return {
-        "dead_group": group,
-        "dead_entry": "1-1",
-        "dead_deliveries": "3",
-        "dead_error": "ValueError: forged",
-        "dead_failure_id": row.id,
-    }
-
-
-def text(entry_id: bytes | str) -> str:
-    return entry_id.decode() if isinstance(entry_id, bytes) else entry_id
 
 
 def without(field: str) -> dict[str, Any]:
