@@ -93,20 +93,19 @@ class Relay:
                 await self.aclose()
             self._done.set()
 
-    async def stop(self, patience: float, grace: float | None = None) -> None:
+    async def stop(self, grace: float) -> None:
         """Drain, then return: publish every row committed before this call, for at most
-        *patience* seconds (what the stop's *grace*, shown in the log, left of it). What is
-        left is logged with its count; it stays in the outbox for the next relay (the loop
-        is cancelled by the caller)."""
+        *grace* seconds. What is left is logged with its count; it stays in the outbox for
+        the next relay (the loop is cancelled by the caller)."""
         self._stopping = True
         self.wake()
         done = self._done
         if done is None:
             return
-        with anyio.move_on_after(patience):
+        with anyio.move_on_after(grace):
             await done.wait()
         if not done.is_set():
-            await self._log_left(patience if grace is None else grace)
+            await self._log_left(grace)
 
     async def _log_left(self, grace: float) -> None:
         count = "an unknown number of"

@@ -78,11 +78,9 @@ class Tasks:
 
     async def stop(self, grace: float) -> int:
         """Stop reading; calls in flight get *grace*, then are cancelled without
-        acknowledgement; the relay drains in what is left of the same *grace* (one deadline
-        for both: a stop lasts *grace*, not twice it); then every task is cancelled. Return
-        how many calls were cut short."""
+        acknowledgement; the relay finishes its batch (within the same grace); then every task
+        is cancelled. Return how many calls were cut short."""
         unfinished = 0
-        deadline = anyio.current_time() + grace
 
         async def stop(consumer: Consumer) -> None:
             nonlocal unfinished
@@ -92,7 +90,7 @@ class Tasks:
             for consumer in self.consumers:
                 tg.start_soon(stop, consumer)
         if self.relay is not None:
-            await self.relay.stop(max(0.0, deadline - anyio.current_time()), grace)
+            await self.relay.stop(grace)
         assert self._scope is not None
         self._scope.cancel()
         await self._stopped.wait()
