@@ -36,7 +36,7 @@ from _harness import (
     run_sync_cases,
 )
 
-from eventbus import Event, EventBus, EventRegistry
+from eventbus import Event, EventBus, EventRegistry, validate_events
 
 SLOW_SECONDS = 0.020  # the slow listener of the latency table
 LATENCY_REPEATS = 7
@@ -117,8 +117,26 @@ def sync_cases() -> dict[str, Case]:
     def counted_calls() -> int:
         return sum(s.calls for s in bus10_counting.listener_statistics())
 
+    def direct_built_1(n: int) -> None:
+        fn, make = one, Ping
+        for i in range(n):
+            fn(make(n=i))
+
+    def emit_built_1(n: int) -> None:
+        bus, make = bus1, Ping
+        for i in range(n):
+            bus.emit(make(n=i))
+
+    def emit_built_1_validated(n: int) -> None:
+        previous = validate_events(True)
+        try:
+            emit_built_1(n)
+        finally:
+            validate_events(previous)
+
     one_call, ten_calls = Work(ones, 1), Work(tens, 10)
     base_1, base_10 = "direct call, 1 sync listener", "direct loop, 10 sync listeners"
+    base_built = "direct call, 1 sync listener, event built per call"
     return {
         base_1: (direct_1, None, one_call, None),
         "floor: dict lookup + call in a try": (floor_1, base_1, one_call, None),
@@ -129,6 +147,15 @@ def sync_cases() -> dict[str, Case]:
             emit_10_counting,
             base_10,
             Work(counted_calls, 10),
+            None,
+        ),
+        # what typed-instance validation costs: on in tests and -X dev only (issue 22)
+        base_built: (direct_built_1, None, one_call, None),
+        "emit, 1 sync listener, event built per emit": (emit_built_1, base_built, one_call, None),
+        "the same, fields validated (tests, -X dev)": (
+            emit_built_1_validated,
+            base_built,
+            one_call,
             None,
         ),
     }

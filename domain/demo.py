@@ -46,9 +46,11 @@ def _section(title: str) -> None:
 
 
 async def run_demo(
-    db: str | Path, *, redis_url: str | None = None, seconds: float = 10.0
+    db: str | Path, *, redis_url: str | None = None, seconds: float = 10.0, kept: bool = True
 ) -> signal.Signals | None:
     """Drive the app on *db* for *seconds* of scheduler time and print a summary.
+
+    :param kept: *db* outlives the demo; else (a temporary file) no printed command names it
 
     :return: the signal (SIGTERM, SIGINT) that cut the run short, or ``None``
     :raises InputError: if *db* already holds articles (the demo inserts its own)
@@ -60,7 +62,7 @@ async def run_demo(
             db, redis_url=redis_url, schedules=Schedules.fast(), refill_watermark=20
         ) as app:
             await _refuse_used_database(app)
-            shown = _FailureLines(app)
+            shown = _FailureLines(app, kept=kept)
             app.bus.on_failure = shown
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_stop_on_signal, signals, tg.cancel_scope, stopped_by)
@@ -102,8 +104,9 @@ class _FailureLines:
     """The bus's ``on_failure`` hook: every captured failure as one line, and the command that
     shows its traceback (in the failure table); :attr:`planned` is set by the planned one."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: App, *, kept: bool = True) -> None:
         self.db = app.engine.url.render_as_string(hide_password=True)
+        self.kept = kept
         self.planned = anyio.Event()
 
     def __call__(self, rec: FailureRecord) -> None:
@@ -112,10 +115,17 @@ class _FailureLines:
             f"  listener {rec.listener!r} failed on {rec.event_name!r}"
             f"{' (as planned)' if planned else ''}: {rec.error_type}: {rec.message}"
         )
-        print(
-            "  traceback in the failure table: "
-            f"python -m eventbus failures show {rec.id[:12]} --db {self.db}"
-        )
+        if self.kept:
+            print(
+                "  traceback in the failure table: "
+                f"python -m eventbus failures show {rec.id[:12]} --db {self.db}"
+            )
+        else:  # a command naming the temporary file would fail once the demo removes it
+            print(
+                "  traceback in the failure table of this run's temporary database; to read "
+                "it afterwards: make demo DEMO_ARGS='--db demo.db', then "
+                "python -m eventbus failures show ID --db demo.db"
+            )
         if planned:
             self.planned.set()
 
@@ -239,7 +249,9 @@ def _run(args: argparse.Namespace) -> int:
         stopped = anyio.run(demo, args.db, backend="asyncio")
     else:
         with tempfile.TemporaryDirectory(prefix="eventbus-demo-") as tmp:
-            stopped = anyio.run(demo, Path(tmp) / "demo.db", backend="asyncio")
+            stopped = anyio.run(
+                functools.partial(demo, kept=False), Path(tmp) / "demo.db", backend="asyncio"
+            )
         print(
             "(a temporary database, now removed: --db PATH keeps it, as in "
             "make demo DEMO_ARGS='--db demo.db')"

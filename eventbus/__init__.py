@@ -21,8 +21,9 @@ publisher gets a :class:`ListenerErrors` group. Background listeners (async ones
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ._asyncapi import asyncapi_document as asyncapi_document
 from ._codec import decode_payload as decode_payload
 from ._codec import encode_payload as encode_payload
 from ._core._bus import BusStatistics as BusStatistics
@@ -39,6 +40,7 @@ from ._core._subscription import Subscription as Subscription
 from ._events import Event as Event
 from ._events import EventRegistry as EventRegistry
 from ._events import default_registry as default_registry
+from ._events import validate_events as validate_events
 from ._exceptions import BusNotRunningError as BusNotRunningError
 from ._exceptions import DuplicateEventError as DuplicateEventError
 from ._exceptions import DuplicateListenerError as DuplicateListenerError
@@ -56,11 +58,16 @@ from ._exceptions import MaxListenersExceededWarning as MaxListenersExceededWarn
 from ._exceptions import PayloadError as PayloadError
 from ._exceptions import RecursionLimitError as RecursionLimitError
 from ._exceptions import UnknownEventError as UnknownEventError
+from ._exceptions import UnreadableVersionError as UnreadableVersionError
+from ._exceptions import UpcasterError as UpcasterError
 from ._exceptions import WrongThreadError as WrongThreadError
 from ._failures import FailureRecord as FailureRecord
 from ._failures import FailureStatus as FailureStatus
 from ._patterns import matches as matches
 from ._public import show_as_module
+from ._stored import StoredEvent as StoredEvent
+from ._stored import decode_stored as decode_stored
+from ._stored import upcaster as upcaster
 from .backends.memory import MemoryFailureStore as MemoryFailureStore
 
 __all__ = [
@@ -94,21 +101,28 @@ __all__ = [
     "RecursionLimitError",
     "RetryItem",
     "RetryReport",
+    "StoredEvent",
     "Subscription",
     "UnknownEventError",
+    "UnreadableVersionError",
+    "UpcasterError",
     "WrongThreadError",
+    "asyncapi_document",
     "current_emission",
     "decode_payload",
+    "decode_stored",
     "default_registry",
     "encode_payload",
     "matches",
+    "upcaster",
+    "validate_events",
 ]
 
 if TYPE_CHECKING:
     __version__: str  # the distribution's, read on first access
 else:
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> object:
         if name != "__version__":
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         from ._version import version
@@ -118,3 +132,4 @@ else:
 
 
 show_as_module(__name__, *(globals()[name] for name in __all__), public_too=True)
+del TYPE_CHECKING, annotations, show_as_module  # dir(eventbus): the public names only

@@ -15,18 +15,33 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import decimal
+import difflib
 import enum
+import functools
+import os
 import sys
 import types
 import typing
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, ClassVar, dataclass_transform
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, ClassVar, Literal, dataclass_transform
 
-from ._exceptions import DuplicateEventError, PayloadError, UnknownEventError
+from ._exceptions import DuplicateEventError, PayloadError, UnknownEventError, UpcasterError
 from ._patterns import validate_name
 
-__all__ = ["Event", "EventRegistry", "coerce_event", "default_registry"]
+__all__ = [
+    "Event",
+    "EventRegistry",
+    "UnknownFields",
+    "Upcaster",
+    "coerce_event",
+    "default_registry",
+]
+
+#: what decoding a *stored* payload does with a field the type does not declare
+UnknownFields = Literal["ignore", "reject"]
+#: turns a stored payload (a dict of JSON values) of one version into one of the next
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 class EventRegistry:
@@ -39,6 +54,7 @@ class EventRegistry:
     def __init__(self) -> None:
         self._by_name: dict[str, type[Event]] = {}
         self._hints: dict[type[Event], dict[str, Any]] = {}
+        self._upcasters: dict[str, dict[int, Upcaster]] = {}
 
     def __repr__(self) -> str:
         return f"EventRegistry(<{len(self._by_name)} events>)"
@@ -71,7 +87,13 @@ class EventRegistry:
         try:
             return self._by_name[name]
         except KeyError:
-            raise UnknownEventError(name) from None
+            close = self.did_you_mean(name)
+            raise UnknownEventError(name, *([close] if close else [])) from None
+
+    def did_you_mean(self, name: str) -> str:
+        """``did you mean 'order.paid'?`` for a misspelt *name*; empty if nothing is close."""
+        close = difflib.get_close_matches(name, self._by_name, n=1, cutoff=0.75)
+        return f"did you mean {close[0]!r}?" if close else ""
 
     def __contains__(self, item: object) -> bool:
         if isinstance(item, str):
@@ -89,6 +111,38 @@ class EventRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._by_name)
+
+    def add_upcaster(self, name: str, from_version: int, fn: Upcaster) -> None:
+        """Declare *fn* as what turns a stored version-*from_version* payload of event *name*
+        into one of the next version (see :func:`eventbus.upcaster`).
+
+        :raises UpcasterError: for an event not declared here, a version the event does not
+            have (below 1, or not below its current version), or a second upcaster for one
+            version
+        """
+        cls = self._by_name.get(name)
+        if cls is None:
+            raise UpcasterError(
+                name, from_version, "no event of that name is declared (declare the class first)"
+            )
+        current = cls.__event_version__
+        if not isinstance(from_version, int) or isinstance(from_version, bool):
+            raise UpcasterError(name, from_version, "from_version must be an int")
+        if from_version < 1 or from_version >= current:
+            raise UpcasterError(
+                name,
+                from_version,
+                f"the event is at version {current}, so an upcaster can start from "
+                + (f"versions 1 to {current - 1}" if current > 1 else "no version"),
+            )
+        chain = self._upcasters.setdefault(name, {})
+        if from_version in chain:
+            raise UpcasterError(name, from_version, "an upcaster for this version is declared")
+        chain[from_version] = fn
+
+    def upcasters(self, name: str) -> dict[int, Upcaster]:
+        """The upcasters of event *name*, by the version each starts from."""
+        return dict(self._upcasters.get(name, {}))
 
     def build(self, name: str, payload: Mapping[str, Any]) -> Event:
         """Build the event declared as *name* from a mapping, checking fields and simple types.
@@ -151,6 +205,65 @@ class EventRegistry:
 
 
 default_registry = EventRegistry()
+
+
+class _Validation:
+    """Whether constructing an event checks its fields against their annotations (see
+    :func:`validate_events`): on in tests and under ``python -X dev``, off in production,
+    where it would cost more than the emit itself (``benchmarks/emit_modes.py``)."""
+
+    on: bool = sys.flags.dev_mode or os.environ.get("EVENTBUS_VALIDATE", "0") not in ("", "0")
+
+
+def validate_events(enabled: bool = True) -> bool:
+    """Check every event constructed from now on against its annotations, as a payload given
+    by name is (the same simple-type check and message), or stop checking; return the
+    previous setting.
+
+    On by default under pytest (the plugin sets ``EVENTBUS_VALIDATE=1``), under
+    ``python -X dev``, and with ``EVENTBUS_VALIDATE=1``; off otherwise, because the check
+    costs more than an emit (see the performance page).
+    """
+    previous, _Validation.on = _Validation.on, bool(enabled)
+    if previous != _Validation.on:
+        pending = list(Event.__subclasses__())
+        while pending:
+            cls = pending.pop()
+            pending += cls.__subclasses__()
+            _set_checking(cls, _Validation.on)
+    return previous
+
+
+def _set_checking(cls: type, on: bool) -> None:
+    """Give *cls* the ``__init__`` that checks its fields, or its plain dataclass one: while
+    validation is off, building an event costs what it always did (nothing is added)."""
+    plain = cls.__dict__.get("_eventbus_plain_init")
+    if plain is None:  # Event itself, or the class dataclass(slots=True) replaced
+        return
+    cls.__init__ = _checked_init(plain) if on else plain  # type: ignore[misc]
+
+
+def _checked_init(plain: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(plain)
+    def __init__(self: Event, *args: Any, **kwargs: Any) -> None:
+        plain(self, *args, **kwargs)
+        check_instance(self)
+
+    return __init__
+
+
+def check_instance(event: Event) -> None:
+    """:raises PayloadError: naming the field, if a field's value does not fit its annotation
+    (as :meth:`EventRegistry.build` says it for a payload)"""
+    cls = type(event)
+    hints = cls.__registry__.type_hints(cls)
+    for field in dataclasses.fields(cls):
+        problem = check_simple_type(getattr(event, field.name), hints.get(field.name, Any))
+        if problem is not None:
+            raise PayloadError(
+                cls.__event_name__ or cls.__qualname__, f"field {field.name!r} {problem}"
+            )
+
 
 _SIMPLE: tuple[type, ...] = (
     int,
@@ -216,6 +329,18 @@ def _describe(hint: Any) -> str:
     return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
 
 
+def _check_version(cls_name: str, version: object, unknown_fields: object) -> None:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise TypeError(
+            f"{cls_name} is declared with version={version!r}; a version is an int >= 1"
+        )
+    if unknown_fields not in (None, "ignore", "reject"):
+        raise TypeError(
+            f"{cls_name} is declared with unknown_fields={unknown_fields!r}; "
+            "it is 'ignore' or 'reject'"
+        )
+
+
 @dataclass_transform(kw_only_default=True, frozen_default=True)
 class _EventMeta(type):
     def __new__(
@@ -227,6 +352,8 @@ class _EventMeta(type):
         name: str | None = None,
         registry: EventRegistry | None = None,
         durable: bool = False,
+        version: int = 1,
+        unknown_fields: UnknownFields | None = None,
         **kwargs: Any,
     ) -> _EventMeta:
         if "__dataclass_fields__" in namespace and "__slots__" in namespace:
@@ -239,11 +366,16 @@ class _EventMeta(type):
                 f"{cls_name} is declared durable=True without a name=; a durable event is "
                 "published under its name, so give it one"
             )
+        _check_version(cls_name, version, unknown_fields)
         cls = super().__new__(mcls, cls_name, bases, namespace, **kwargs)
         if not bases:  # Event itself
             return cls
         dc: Any = dataclasses.dataclass(frozen=True, slots=True, kw_only=True)(cls)
         dc.__durable__ = bool(durable)
+        dc.__event_version__ = version
+        dc.__unknown_fields__ = unknown_fields or ("ignore" if durable else "reject")
+        dc._eventbus_plain_init = dc.__init__
+        _set_checking(dc, _Validation.on)
         if name is not None:
             reg = registry if registry is not None else default_registry
             dc.__event_name__ = name
@@ -258,6 +390,8 @@ class _EventMeta(type):
         kwargs.pop("name", None)
         kwargs.pop("registry", None)
         kwargs.pop("durable", None)
+        kwargs.pop("version", None)
+        kwargs.pop("unknown_fields", None)
         super().__init__(*args, **kwargs)
 
 
@@ -270,12 +404,20 @@ class Event(metaclass=_EventMeta):
     * ``registry``: where to declare it (default: the module-level ``default_registry``)
     * ``durable``: it may be published across processes (``await bus.publish(e, conn)``,
       see :mod:`eventbus.durable`); it can still be emitted in-process as any event
+    * ``version``: the version of its fields (default 1); stored payloads of older versions
+      are brought up to it by upcasters (:func:`eventbus.upcaster`)
+    * ``unknown_fields``: what decoding a *stored* payload (a durable delivery, a failure
+      row, a replayed outbox row) does with a field this class does not declare:
+      ``"ignore"`` (the default for durable events: a newer publisher's addition) or
+      ``"reject"`` (the default for the others); ``emit`` always rejects one
     """
 
     __slots__ = ()
     __event_name__: ClassVar[str] = ""
     __registry__: ClassVar[EventRegistry] = default_registry
     __durable__: ClassVar[bool] = False
+    __event_version__: ClassVar[int] = 1
+    __unknown_fields__: ClassVar[UnknownFields] = "reject"
 
     def __init_subclass__(
         cls,
@@ -283,6 +425,8 @@ class Event(metaclass=_EventMeta):
         name: str | None = None,
         registry: EventRegistry | None = None,
         durable: bool = False,
+        version: int = 1,
+        unknown_fields: UnknownFields | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init_subclass__(**kwargs)
@@ -305,6 +449,12 @@ def coerce_event(
         return registry.build(event, {} if payload is None else payload)
     if payload is not None:
         raise TypeError("pass either an event instance or a name and a payload, not both")
+    if isinstance(event, type) and issubclass(event, Event):
+        raise PayloadError(
+            event.__event_name__ or event.__qualname__,
+            f"emit() takes an Event instance, got the class {event.__qualname__} itself; "
+            f"build one: emit({event.__qualname__}(...))",
+        )
     if not isinstance(event, Event):
         raise PayloadError(
             getattr(event, "__event_name__", type(event).__name__),

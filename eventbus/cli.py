@@ -63,6 +63,9 @@ def load_app(spec: str, kind: type[T], *, option: str = "--app") -> T:
     dotted, ``module:app.bus``); a callable that is not a *kind* is called with no arguments,
     as a factory, and must return one.
 
+    The module is looked for in the working directory first (see
+    :func:`_working_directory_on_path`).
+
     :raises AppLoadError: for a malformed spec, a module that cannot be imported or raises
         while importing, a missing attribute, a factory that raises, or an object of another
         type; the message is one line and names the culprit
@@ -71,6 +74,7 @@ def load_app(spec: str, kind: type[T], *, option: str = "--app") -> T:
     wanted = _a(kind.__name__)
     if not sep or not module_name or not attr:
         raise AppLoadError(option, spec, "must look like 'package.module:attribute'")
+    _working_directory_on_path()
     try:
         obj: object = importlib.import_module(module_name)
     except ImportError as exc:
@@ -106,6 +110,15 @@ def load_app(spec: str, kind: type[T], *, option: str = "--app") -> T:
     if not isinstance(obj, kind):
         raise AppLoadError(option, spec, f"is {_a(type(obj).__name__)}, not {wanted}")
     return obj
+
+
+def _working_directory_on_path() -> None:
+    """Put the working directory first on ``sys.path``, as uvicorn, ``celery -A`` and
+    ``flask --app`` do: a console script's ``sys.path`` starts with its own ``bin``
+    directory, where ``python -m`` would have had the working directory."""
+    cwd = os.getcwd()
+    if not any(entry in ("", ".", cwd) for entry in sys.path):
+        sys.path.insert(0, cwd)
 
 
 def positive_int(text: str) -> int:

@@ -16,6 +16,9 @@ A failure also counts as expected under ``@pytest.mark.eventbus_expect_failures`
 fixture: it needs anyio's pytest plugin (``anyio_mode = "auto"`` or ``@pytest.mark.anyio``);
 without it, each test that asks for it fails with one line saying which setting to add.
 
+Events built during the tests are checked against their annotations (``EVENTBUS_VALIDATE=1``
+unless set otherwise; see :func:`eventbus.validate_events`).
+
 The module imports only pytest at load time: every pytest run in a project with ``eventbus``
 installed loads it.
 """
@@ -23,6 +26,8 @@ installed loads it.
 from __future__ import annotations
 
 import inspect
+import os
+import sys
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +54,12 @@ __all__ = [
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Events are checked against their annotations when built, in tests (and in the
+    # processes they start): a wrong type fails where it is made, not at a later retry.
+    os.environ.setdefault("EVENTBUS_VALIDATE", "1")
+    events = sys.modules.get("eventbus._events")
+    if events is not None:  # imported before the plugin: set it now
+        events.validate_events(os.environ["EVENTBUS_VALIDATE"] not in ("", "0"))
     config.addinivalue_line(
         "markers",
         f"{MARKER}: listener failures recorded by the event_bus fixture do not fail this test",

@@ -26,7 +26,7 @@ import anyio
 
 from ._core._bus import EventBus
 from ._core._listeners import default_listener_name
-from ._events import Event, EventRegistry
+from ._events import Event, EventRegistry, validate_events
 from ._failures import FailureRecord
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "capture_failures",
     "fresh_registry",
     "running_bus",
+    "unchecked_events",
 ]
 
 # One sequence for the whole process, so calls of different listeners can be ordered.
@@ -371,3 +372,15 @@ async def running_bus(
     unexpected = [r for r in capture.records if r.id not in capture.claimed]
     if unexpected and not expect_failures:
         raise UnexpectedFailuresError(unexpected)
+
+
+@contextmanager
+def unchecked_events() -> Iterator[None]:
+    """Build events without checking their fields inside the block, as production does: for
+    a test of what happens to an ill-typed event that got through (see
+    :func:`eventbus.validate_events`, which pytest turns on)."""
+    previous = validate_events(False)
+    try:
+        yield
+    finally:
+        validate_events(previous)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal, TypedDict, get_args
 
 from ._context import RunContext
@@ -72,6 +73,8 @@ class Job:
         kept, see ``Scheduler.pause_scope``)
     :param stored: the job comes from the job table, where its paused state lives
     :param last_run: the latest record this scheduler wrote for it (a ``claimed`` skip aside)
+    :param next_fire_times: its next fire times in its zone, as :meth:`Scheduler.jobs`
+        found them when it listed the job (what ``next_fire_times(name, n)`` gave then)
     """
 
     name: str
@@ -89,6 +92,7 @@ class Job:
     paused: bool = False
     stored: bool = False
     last_run: RunRecord | None = field(default=None, compare=False)
+    next_fire_times: tuple[datetime, ...] = field(default=(), compare=False)
     generation: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
@@ -116,6 +120,12 @@ class Job:
                 f"job {self.name!r}: pass max_running={self.max_running!r} or "
                 "wait_for_completion=False, not both"
             )
+
+    @property
+    def next_fire_time(self) -> datetime | None:
+        """The first of :attr:`next_fire_times` (APScheduler's ``next_run_time``); ``None``
+        when it fires no more, or was not listed by :meth:`Scheduler.jobs`."""
+        return self.next_fire_times[0] if self.next_fire_times else None
 
     @property
     def kind(self) -> TriggerKind:

@@ -10,7 +10,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-__all__ = ["RunRecord", "RunStatus", "TriggerKind", "abandoned_error"]
+__all__ = ["MAX_TRACEBACK", "RunRecord", "RunStatus", "TriggerKind", "abandoned_error"]
+
+#: the longest traceback a run record keeps (its end: where the error was raised)
+MAX_TRACEBACK = 20_000
 
 RunStatus = Literal["running", "succeeded", "failed", "skipped", "abandoned"]
 TriggerKind = Literal["cron", "interval", "timeout", "at", "manual"]
@@ -46,6 +49,8 @@ class RunRecord:
         the function's return annotation); ``None`` for ``None`` and for runs that did not
         succeed
     :param result_repr: ``result`` is the ``repr()`` of a value JSON cannot hold, not the value
+    :param traceback: the formatted traceback of a failed run (its last
+        :data:`MAX_TRACEBACK` characters), shown by the console beside ``error``
     """
 
     id: str
@@ -64,3 +69,4 @@ class RunRecord:
     lock_lost: bool = False
     result: Any = None
     result_repr: bool = False
+    traceback: str | None = None

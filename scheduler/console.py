@@ -302,6 +302,7 @@ class RunsPage:
         chart_runs = runs[:_CHART_RUNS] if page == 1 else shown
         return request.render(
             "scheduler_runs.html",
+            refresh=True,
             status=400 if errors else 200,
             job_path=job_path,
             errors=errors,

@@ -227,7 +227,7 @@ def check_name_clash(venv: Path, wheel: Path, here: Path) -> None:
     run(*pip, "install", "--no-deps", "--no-index", other_scheduler(here), cwd=here)
     try:
         said = run(*doctor, cwd=here, code=1)
-        overwritten = "1 of the files eventbus installed in scheduler/ were overwritten or removed"
+        overwritten = "1 file eventbus installed in scheduler/ was overwritten or removed"
         for expected in [
             "PROBLEM: the distribution 'scheduler' installs a top-level 'scheduler' package too",
             f"PROBLEM: {overwritten} since (scheduler/__init__.py)",

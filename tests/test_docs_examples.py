@@ -6,9 +6,10 @@ does, and two pages may both declare ``order.paid``), from an empty directory (a
 example makes lands there). The interpreter is the one of ``.venv-all`` when ``make test`` has
 built it: every extra, no dev tool, so an example that needs a dev tool (httpx, trio) fails
 here as it would for a user who installed ``eventbus[all]``; the working tree's code comes
-first on ``sys.path``. A block with a top-level ``await`` or ``async with`` runs the way
-``python -m asyncio`` runs it; any other block runs as a script. A traceback points at the
-Markdown file's own lines.
+first on ``sys.path``. Every block runs as a script, as a reader who saves it to a file runs
+it: its async part is in an ``async def main()`` run by ``anyio.run(main)``, and a top-level
+``await`` or ``async with`` (which only ``python -m asyncio`` takes) fails. A traceback points
+at the Markdown file's own lines.
 
 HTML comments right before a block (invisible on GitHub and in the site) say how to run it:
 
@@ -55,14 +56,9 @@ PYTHON = str(ALL_EXTRAS) if ALL_EXTRAS.exists() else sys.executable
 # Runs one example: the Markdown file's name and the code padded to its own line numbers, so
 # that a traceback names the page and the line.
 RUNNER = """
-import ast, asyncio, inspect, sys
+import sys
 name, path = sys.argv[1], sys.argv[2]
-code = compile(open(path).read(), name, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-namespace = {"__name__": "__main__"}
-if code.co_flags & inspect.CO_COROUTINE:
-    asyncio.run(eval(code, namespace))
-else:
-    exec(code, namespace)
+exec(compile(open(path).read(), name, "exec"), {"__name__": "__main__"})
 """
 
 PYTEST_CONFIG = """\
@@ -174,6 +170,20 @@ def test_the_examples_are_collected_from_every_page_and_every_directive_is_known
             assert example.reason, f"{example.name}: a skipped example must say why"
             assert example.words == {"skip"}, f"{example.name}: skip takes no other word"
         example.chain()  # a "continues" with nothing before it raises
+
+
+def test_every_example_is_a_script_as_printed() -> None:
+    """Regression test: six examples had a top-level ``await`` or ``async with``: pasted into
+    a file they were a SyntaxError, and one failed in ``python -m asyncio`` too."""
+    not_scripts = []
+    for example in EXAMPLES:
+        if example.words & {"skip", "pytest"}:
+            continue
+        try:
+            compile(example.source(), example.name, "exec")
+        except SyntaxError as exc:
+            not_scripts.append(f"{example.name}: {exc.msg} (line {exc.lineno})")
+    assert not_scripts == [], "wrap the async part in async def main(); anyio.run(main)"
 
 
 def _run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

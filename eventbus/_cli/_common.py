@@ -6,6 +6,7 @@ failure found by id prefix, and ``WHEN`` arguments. Errors the user can fix are
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -16,7 +17,15 @@ from ..cli import InputError
 if TYPE_CHECKING:  # the 'sql' extra, imported when a command uses the failure table
     from ..backends.sql import SqlFailureStore
 
-__all__ = ["DB_HELP", "check_table", "find_failure", "open_store", "store_for", "when"]
+__all__ = [
+    "DB_HELP",
+    "check_table",
+    "db_source",
+    "find_failure",
+    "open_store",
+    "store_for",
+    "when",
+]
 
 DB_HELP = (
     "a database URL (postgresql+asyncpg://user@host/db) or the path of a SQLite file "
@@ -50,8 +59,18 @@ def store_for(db: str | None) -> SqlFailureStore:
         store = SqlFailureStore(database_url(db or default_db_url()), create_table=False)
         database_url(store.engine.url, must_exist=True)
     except (ValueError, FileNotFoundError) as exc:
-        raise InputError(f"--db {exc}") from None
+        raise InputError(f"{db_source(db)} {exc}") from None
     return store
+
+
+def db_source(db: str | None) -> str:
+    """Where the database of a message came from: ``--db``, ``$EVENTBUS_DB``, or the default
+    (an error about ``--db`` reads wrong when none was given)."""
+    if db:
+        return "--db"
+    if os.environ.get("EVENTBUS_DB"):
+        return "$EVENTBUS_DB (no --db given):"
+    return "the default database (no --db given, no $EVENTBUS_DB; give --db URL|PATH):"
 
 
 async def open_store(db: str | None) -> SqlFailureStore:

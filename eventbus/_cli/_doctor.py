@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .._version import DISTRIBUTION, version
 from ..extras import EXTRAS, missing_extra
+from ._install import install_command
 
 __all__ = ["add_doctor_parser", "doctor", "scheduler_problems"]
 
@@ -48,7 +49,7 @@ def doctor() -> int:
         if missing := missing_extra("doctor", extra):
             print(
                 f"extra {extra + ':':9} not installed ({', '.join(missing.missing)} missing): "
-                f"pip install 'eventbus[{extra}]'"
+                f"{install_command([extra])}"
             )
         else:
             print(f"extra {extra + ':':9} installed")
@@ -66,7 +67,7 @@ def scheduler_problems() -> list[str]:
     problems = []
     spec = importlib.util.find_spec("scheduler")
     if spec is None or spec.origin is None:
-        problems.append("'import scheduler' finds nothing: pip install --force-reinstall eventbus")
+        problems.append(f"'import scheduler' finds nothing: {install_command(force=True)}")
     elif (found := Path(spec.origin).resolve().parent) != HOME / "scheduler":
         problems.append(
             f"'import scheduler' finds {found}, not {HOME / 'scheduler'} (eventbus's): another "
@@ -77,15 +78,17 @@ def scheduler_problems() -> list[str]:
         names = " ".join(others)
         problems.append(
             f"the distribution {names!r} installs a top-level 'scheduler' package too (pip "
-            f"writes both into one scheduler/ directory): pip uninstall {names}, then pip "
-            "install --force-reinstall eventbus"
+            f"writes both into one scheduler/ directory): pip uninstall {names}, then "
+            f"{install_command(force=True)}"
         )
     changed = _changed_files("scheduler")
     if changed:
         shown = ", ".join(changed[:3]) + (", ..." if len(changed) > 3 else "")
+        files = "1 file" if len(changed) == 1 else f"{len(changed)} files"
+        were = "was" if len(changed) == 1 else "were"
         problems.append(
-            f"{len(changed)} of the files eventbus installed in scheduler/ were overwritten or "
-            f"removed since ({shown}): pip install --force-reinstall eventbus"
+            f"{files} eventbus installed in scheduler/ {were} overwritten or removed since "
+            f"({shown}): {install_command(force=True)}"
         )
     return problems
 

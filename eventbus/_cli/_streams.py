@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..cli import InputError, describe_error, positive_int
-from ._common import find_failure, open_store
+from ._common import db_source, find_failure, open_store
 
 if TYPE_CHECKING:
     from ..durable import RedisStreams
@@ -142,7 +142,7 @@ def _transport(args: argparse.Namespace, *, db: bool) -> RedisStreams:
         try:
             engine = database_url(getattr(args, "db", None) or default_db_url(), must_exist=True)
         except (ValueError, FileNotFoundError) as exc:
-            raise InputError(f"--db {exc}") from None
+            raise InputError(f"{db_source(getattr(args, 'db', None))} {exc}") from None
     try:
         return RedisStreams(
             url,  # a URL: the transport builds the client and closes it in aclose()
@@ -226,10 +226,48 @@ async def _status(args: argparse.Namespace) -> int:
     return await _run(args, work)
 
 
+async def _known(
+    streams: RedisStreams, event: str, group: str | None = None, *, dead: bool = False
+) -> None:
+    """Refuse an event without a stream, or a group not on it, naming the known ones: an
+    answer of "nothing pending" for a misspelt name would look like success.
+
+    :param dead: a group is known if it has dead letters too (a group forgotten since)
+    :raises InputError: naming what is unknown and what is known
+    """
+    from ..durable._status import discover_events, stream_status
+
+    events = await discover_events(streams.client, streams.keys)
+    if event not in events:
+        raise InputError(
+            f"no stream for event {event!r} under prefix {streams.keys.prefix!r}; "
+            f"known events: {_names(events)}"
+        )
+    if group is None:
+        return
+    status = await stream_status(streams.client, streams.keys, event)
+    known = {g.name for g in status.groups} | set(status.absent_groups)
+    if dead and group not in known:
+        known |= {d.group for d in await streams.dead_letters(event, limit=None)}
+    groups = sorted(known)
+    if group not in groups:
+        raise InputError(
+            f"no group {group!r} on the stream of {event!r}; its groups: {_names(groups)}"
+        )
+
+
+def _names(names: Sequence[str], most: int = 10) -> str:
+    if not names:
+        return "none"
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
+
+
 async def _pending(args: argparse.Namespace) -> int:
     from ..durable._status import pending_entries
 
     async def work(streams: RedisStreams) -> int:
+        await _known(streams, args.event, args.group)
         rows = await pending_entries(
             streams.client, streams.keys, args.event, args.group, limit=args.limit
         )
@@ -255,6 +293,8 @@ async def _dead(args: argparse.Namespace) -> int:
     from ..durable._status import discover_events
 
     async def work(streams: RedisStreams) -> int:
+        if args.event:
+            await _known(streams, args.event, args.group, dead=True)
         names = [args.event] if args.event else await discover_events(streams.client, streams.keys)
         letters = []
         for name in names:
@@ -290,6 +330,16 @@ async def _replay(args: argparse.Namespace) -> int:
         raise InputError("replay needs --id DEAD_ID (repeatable) or --all")
 
     async def work(streams: RedisStreams) -> int:
+        await _known(streams, args.event, args.group, dead=True)
+        if args.ids:
+            letters = await streams.dead_letters(args.event, group=args.group, limit=None)
+            unknown = sorted(set(args.ids) - {d.dead_id for d in letters})
+            if unknown:
+                of_group = f" of group {args.group!r}" if args.group else ""
+                raise InputError(
+                    f"no dead letter {', '.join(unknown)} of {args.event!r}{of_group}; "
+                    f"its dead letters: {_names([d.dead_id for d in letters])}"
+                )
         new = await streams.replay(args.event, group=args.group, ids=args.ids)
         if args.json:
             _print_json({"replayed": len(new), "ids": new})

@@ -32,6 +32,7 @@ from .._exceptions import (
 )
 from .._patterns import compile_pattern, is_pattern, match_segments
 from ._listeners import ErrorPolicy, Listener, default_listener_name, is_async_callable
+from ._signatures import check_listener_signature
 
 __all__ = ["SPENT_KEPT", "ListenerTable", "Plan", "check_max_listeners", "check_policy"]
 
@@ -216,13 +217,14 @@ class ListenerTable:
         """Subscribe *fn* to an already validated *pattern*."""
         if not callable(fn):
             raise TypeError(f"listener for {pattern!r} must be callable, got {fn!r}")
+        lname = name if name is not None else default_listener_name(fn)
+        check_listener_signature(fn, lname)
         is_async = is_async_callable(fn)
         if timeout is not None and not is_async:
             raise ValueError(
                 f"timeout= applies to async listeners only; {default_listener_name(fn)!r} "
                 "is sync and cannot be cancelled while it runs"
             )
-        lname = name if name is not None else default_listener_name(fn)
         if lname in self._names or lname in self.reserved:
             raise DuplicateListenerError(lname)
         sub = Listener(
@@ -379,7 +381,9 @@ class ListenerTable:
             compile_pattern(event)
             if not is_pattern(event) and event not in self.registry:
                 raise UnknownEventError(
-                    event, "declare it before subscribing, or subscribe with a wildcard pattern"
+                    event,
+                    self.registry.did_you_mean(event)
+                    or "declare it before subscribing, or subscribe with a wildcard pattern",
                 )
             return event
         if isinstance(event, type) and issubclass(event, Event):

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 __all__ = [
     "UTCDateTime",
     "add_missing_columns",
+    "check_async_engine",
     "database_url",
     "make_engine",
     "migrate_tables",
@@ -53,6 +54,25 @@ def redact_url(url: str | sa.URL) -> str:
         return _PASSWORD.sub(r"\1:***@", url)
 
 
+def check_async_engine(value: object, owner: str, *, url_ok: bool = False) -> None:
+    """Refuse what is not an ``AsyncEngine`` (nor, with *url_ok*, a URL or a path) at once,
+    rather than as an internal error at first use (a sync ``create_engine()``'s, say).
+
+    :raises TypeError: one line naming *owner*, what it needs and what it was given
+    """
+    if isinstance(value, AsyncEngine):
+        return
+    if url_ok and (value is None or isinstance(value, str | os.PathLike | sa.URL)):
+        return
+    needs = "an AsyncEngine or a database URL" if url_ok else "an AsyncEngine"
+    given = f"{type(value).__module__}.{type(value).__qualname__}"
+    hint = ""
+    if isinstance(value, sa.Engine):
+        given = "a sync Engine (sqlalchemy.create_engine)"
+        hint = "; build it with sqlalchemy.ext.asyncio.create_async_engine(...)"
+    raise TypeError(f"{owner} needs {needs}, got {given}{hint}")
+
+
 def database_url(value: str | os.PathLike[str] | sa.URL, *, must_exist: bool = False) -> sa.URL:
     """Read a database given as a URL or as a path, the one rule of every ``--db`` option.
 
@@ -62,8 +82,8 @@ def database_url(value: str | os.PathLike[str] | sa.URL, *, must_exist: bool = F
 
     :param must_exist: refuse a SQLite file that is not there (connecting would create an
         empty one): for commands that read an existing database
-    :raises ValueError: for an empty value, or a URL that does not parse (the message masks
-        the password)
+    :raises ValueError: for an empty value, a URL that does not parse, or a ``postgres://``
+        one (the message masks the password, and says what to write)
     :raises FileNotFoundError: with *must_exist*, when the SQLite file does not exist
     """
     if isinstance(value, sa.URL):
@@ -79,6 +99,11 @@ def database_url(value: str | os.PathLike[str] | sa.URL, *, must_exist: bool = F
             raise ValueError(
                 f"{redact_url(text)!r} is not a database URL ({exc}); {_EXAMPLES}"
             ) from None
+    if url.drivername.partition("+")[0] == "postgres":  # Heroku-style DATABASE_URL
+        raise ValueError(
+            f"{redact_url(url)!r}: SQLAlchemy has no 'postgres://' scheme; use "
+            "'postgresql+asyncpg://' with the rest of the URL unchanged"
+        )
     if must_exist and (path := sqlite_file(url)) is not None and not path.is_file():
         raise FileNotFoundError(
             f"no database file at {str(path)!r} (from {redact_url(url)!r}); nothing was created"

@@ -27,6 +27,7 @@ __all__ = [
     "MIN_VERSION",
     "RedisServerInfo",
     "UnsafeRedisError",
+    "check_async_redis",
     "check_redis_server",
     "make_redis_client",
     "read_server_info",
@@ -36,6 +37,24 @@ logger = logging.getLogger("eventbus.redis")
 
 #: The oldest server this library's Redis code is written and tested against.
 MIN_VERSION = (7, 0)
+
+
+def check_async_redis(client: object, owner: str, *, url_ok: bool = True) -> None:
+    """Refuse a sync redis-py client at once, rather than at start with "object dict can't
+    be used in 'await' expression".
+
+    :raises TypeError: one line naming *owner*, what it needs and what it was given
+    """
+    import redis as sync_redis
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+    if isinstance(client, Redis | AsyncRedisCluster) or (url_ok and isinstance(client, str)):
+        return
+    needs = "an asyncio redis client (redis.asyncio.Redis" + (", or a URL)" if url_ok else ")")
+    given = f"{type(client).__module__}.{type(client).__qualname__}"
+    if isinstance(client, sync_redis.Redis | sync_redis.RedisCluster):
+        given = f"the sync {given}; build it with redis.asyncio.from_url(...) instead"
+    raise TypeError(f"{owner} needs {needs}, got {given}")
 
 
 def make_redis_client(

@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from .._failures import FailureRecord, FailureStatus, check_failure_ids, check_offset
 from ._sql_common import UTCDateTime as UTCDateTime
 from ._sql_common import add_missing_columns as add_missing_columns
+from ._sql_common import check_async_engine as check_async_engine
 from ._sql_common import database_url as database_url
 from ._sql_common import make_engine as make_engine
 from ._sql_common import migrate_tables as migrate_tables
@@ -52,6 +53,7 @@ __all__ = [
     "SqlStoreStatistics",
     "UTCDateTime",
     "add_missing_columns",
+    "check_async_engine",
     "create_tables",
     "database_url",
     "default_db_url",
@@ -70,6 +72,7 @@ show_as_module(
     __name__,
     UTCDateTime,
     add_missing_columns,
+    check_async_engine,
     create_tables,
     database_url,
     failure_table,
@@ -178,6 +181,7 @@ class SqlFailureStore:
             raise ValueError(
                 "retry_backoff must be > 0, max_backoff >= retry_backoff, close_timeout >= 0"
             )
+        check_async_engine(engine_or_url, "SqlFailureStore", url_ok=True)
         if isinstance(engine_or_url, AsyncEngine):
             self.engine, self._owns_engine = engine_or_url, False
         else:

@@ -267,7 +267,7 @@ class Console:
         preq = self._page_request(request, session)
         panels = [p for page in self.pages if (p := await page.panel(preq)) is not None]
         notices = [p.notice for p in panels if p.notice]
-        page = preq.render("overview.html", panels=panels, notices=notices)
+        page = preq.render("overview.html", panels=panels, notices=notices, refresh=True)
         return self._finish(page, request, cookie)
 
     async def _actions(self, request: Request) -> Response:

@@ -8,6 +8,7 @@ hovering shows the exact figure; the chart as a whole has an ``aria-label``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
@@ -66,13 +67,16 @@ def _color(name: str, order: Sequence[str]) -> str:
 
 
 def _nice_max(value: float) -> float:
+    """The axis's top: 1, 2 or 5 times a power of ten, at least *value*; below 1 too (runs
+    of a few milliseconds would otherwise be 1-pixel bars under a top of 1 s)."""
     if value <= 0:
         return 1.0
-    magnitude = 10 ** (len(str(int(value))) - 1)
+    exponent = math.floor(math.log10(value))
     for step in (1, 2, 5, 10):
-        if value <= step * magnitude:
-            return float(step * magnitude)
-    return float(10 * magnitude)
+        top = float(f"{step}e{exponent}")  # 5e-3, not 5 * 0.001 = 0.005000000000000001
+        if value <= top:
+            return top
+    return float(f"1e{exponent + 1}")
 
 
 def _frame(label: str, top: float, unit: str) -> list[str]:
@@ -85,7 +89,7 @@ def _frame(label: str, top: float, unit: str) -> list[str]:
         f"<title>{escape(label)}</title>",
     ]
     for frac in (0, 0.5, 1):
-        if frac == 0.5 and top % 2:
+        if frac == 0.5 and top >= 1 and top % 2:
             continue  # an odd count has no whole half: no line for 0.5
         y = TOP + inner_h * (1 - frac)
         parts.append(

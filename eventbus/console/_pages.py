@@ -37,6 +37,9 @@ __all__ = [
     "View",
 ]
 
+#: seconds between two reloads of a watching page, while the reader leaves it on (console.js)
+REFRESH_SECONDS = 15
+
 
 class ActionError(EventBusError):
     """Raised by an action (or a view) for input the user must change: shown as a 400 page
@@ -127,7 +130,11 @@ class PageRequest:
         return value
 
     def render(self, template: str, /, *, status: int = 200, **context: Any) -> HTMLResponse:
-        """Render a template of the console or of a page with *context*."""
+        """Render a template of the console or of a page with *context*; ``refresh=True`` (a
+        page that watches something: overview, failures, streams, runs) offers the reader
+        to reload it every :data:`REFRESH_SECONDS`, which they can turn off."""
+        if context.get("refresh") is True:
+            context["refresh"] = REFRESH_SECONDS
         html = self._env.get_template(template).render(
             {**self._base_context, "page_request": self, **context}
         )

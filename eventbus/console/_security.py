@@ -18,8 +18,8 @@ import dataclasses
 import hashlib
 import hmac
 import secrets
-from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from itsdangerous import BadSignature, URLSafeTimedSerializer
@@ -118,7 +118,7 @@ class SessionSigner:
         derived = hmac.new(raw, b"eventbus.console.session", hashlib.sha256).digest()
         self._session = URLSafeTimedSerializer(derived, salt="eventbus.console.session")
         self._login = URLSafeTimedSerializer(derived, salt="eventbus.console.login")
-        self._result = URLSafeTimedSerializer(derived, salt="eventbus.console.result")
+        self._derived = derived
         self.ttl = ttl
 
     def new_session(self, user: str) -> tuple[Session, str]:
@@ -138,19 +138,30 @@ class SessionSigner:
             return None
         return Session(user=user, csrf=csrf, sid=sid)
 
-    def sign_result(self, session: Session, result: dict[str, str]) -> str:
-        """An action's *result* (text fields) for the redirect that shows it, bound to
-        *session*."""
-        return self._result.dumps({**result, "s": session.sid})
+    def _results(self, session: Session) -> URLSafeTimedSerializer:
+        # Bound to the session by the salt, not by its id in the payload: the redirect's URL
+        # carries what the page shows (the session's user and the signing time need no room).
+        return URLSafeTimedSerializer(self._derived, salt=f"eventbus.console.result:{session.sid}")
 
-    def load_result(self, session: Session, token: str | None) -> dict[str, str] | None:
-        """The result in *token* if it was signed for *session* within :data:`RESULT_TTL`."""
-        data = _loads(self._result, token, RESULT_TTL)
-        if not (isinstance(data, dict) and data.get("s") == session.sid):
+    def sign_result(self, session: Session, result: Sequence[str]) -> str:
+        """An action's *result* (text fields, in order) for the redirect that shows it,
+        bound to *session*; the time it was signed comes back with it."""
+        return self._results(session).dumps(list(result))
+
+    def load_result(self, session: Session, token: str | None) -> tuple[list[str], datetime] | None:
+        """The fields in *token* and when they were signed, if they were signed for
+        *session* within :data:`RESULT_TTL`."""
+        if not token:
             return None
-        if not all(isinstance(v, str) for v in data.values()):
+        try:
+            data, signed = self._results(session).loads(
+                token, max_age=RESULT_TTL, return_timestamp=True
+            )
+        except BadSignature:  # SignatureExpired is a BadSignature
             return None
-        return data
+        if not (isinstance(data, list) and all(isinstance(v, str) for v in data)):
+            return None
+        return data, signed
 
     def new_login_nonce(self) -> tuple[str, str]:
         """A nonce for the login form, and the signed cookie that must come back with it."""

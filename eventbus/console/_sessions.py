@@ -16,7 +16,7 @@ import collections
 import math
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
 from ._audit import AuditEntry
@@ -153,15 +153,7 @@ def result_token(signer: SessionSigner, session: Session, entry: AuditEntry) -> 
     for *session*: any process serving that page shows it (an id in one process's action log
     meant nothing to another)."""
     return signer.sign_result(
-        session,
-        {
-            "a": entry.action,
-            "t": entry.target,
-            "o": entry.outcome,
-            "m": entry.message[:MAX_RESULT],
-            "u": entry.user,
-            "at": entry.at.isoformat(),
-        },
+        session, (entry.action, entry.target, entry.outcome, entry.message[:MAX_RESULT])
     )
 
 
@@ -170,23 +162,22 @@ def shown_result(signer: SessionSigner, session: Session, token: str | None) -> 
     token tampered with, expired or another session's shows nothing."""
     if token is None or len(token) > 4 * MAX_RESULT:
         return None
-    data = signer.load_result(session, token)
-    if data is None or data.get("o") not in ("ok", "refused", "error"):
+    loaded = signer.load_result(session, token)
+    if loaded is None or len(loaded[0]) != 4:
         return None
-    try:
-        at = datetime.fromisoformat(data["at"])
-        return AuditEntry(
-            id=0,
-            at=at,
-            user=data["u"],
-            client="",
-            action=data["a"],
-            target=data["t"],
-            outcome=data["o"],  # type: ignore[arg-type]  # checked above
-            message=data["m"],
-        )
-    except (KeyError, ValueError):
+    (action, target, outcome, message), at = loaded
+    if outcome not in ("ok", "refused", "error"):
         return None
+    return AuditEntry(
+        id=0,
+        at=at,
+        user=session.user,  # the result is shown to the session that acted only
+        client="",
+        action=action,
+        target=target,
+        outcome=outcome,  # type: ignore[arg-type]  # checked above
+        message=message,
+    )
 
 
 def retry_after(seconds: float) -> str:

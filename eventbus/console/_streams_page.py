@@ -122,8 +122,10 @@ class StreamsPage:
             views = [await self._view(s) for s in await self.transport.status()]
         except Exception as exc:
             message = f"Could not read the streams: {_why(exc)}"
-            return request.render("streams.html", status=503, errors=[message], streams=[])
-        return request.render("streams.html", errors=[], streams=views)
+            return request.render(
+                "streams.html", status=503, errors=[message], streams=[], refresh=True
+            )
+        return request.render("streams.html", errors=[], streams=views, refresh=True)
 
     async def _view(self, status: StreamStatus) -> StreamView:
         letters = (

@@ -36,6 +36,7 @@ from ._options import DurableOptions as DurableOptions
 from ._pauses import PausedConsumer as PausedConsumer
 from ._stats import DurableStatistics as DurableStatistics
 from ._stats import GroupStatistics as GroupStatistics
+from ._stats import IgnoredField as IgnoredField
 from ._stats import JanitorStatistics as JanitorStatistics
 from ._stats import RelayStatistics as RelayStatistics
 from ._status import DeadLetter as DeadLetter
@@ -70,6 +71,7 @@ __all__ = [
     "GroupResumed",
     "GroupStatistics",
     "GroupStatus",
+    "IgnoredField",
     "JanitorStatistics",
     "NoTransactionError",
     "PausedConsumer",

@@ -30,10 +30,9 @@ from typing import Any
 import anyio
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .._codec import decode_payload
 from .._events import Event
 from ._context import Delivery, delivery_var
-from ._delivery import failed, prepare, succeeded, undecodable
+from ._delivery import decode, failed, prepare, succeeded, undecodable
 from ._envelope import Envelope
 from ._group import Entry, Group, note_call
 from ._runtime import logger, utcnow
@@ -79,7 +78,7 @@ async def _deliver_batch(group: Group, entries: list[Entry]) -> None:
         if env is None:
             continue
         try:
-            event = decode_payload(rt.registry, env.name, env.payload)
+            event = decode(group, env)
         except Exception as exc:  # the same bytes fail the same way at every delivery
             await undecodable(group, entry, env, exc)
             continue

@@ -21,10 +21,10 @@ from typing import Any
 
 import anyio
 
-from .._codec import decode_payload
 from .._events import Event
 from .._exceptions import ListenerTimeoutError
 from .._failures import FailureRecord, FailureStatus, safe_str
+from .._stored import decode_stored, readable
 from ._attempts import Attempts
 from ._context import Delivery, delivery_var
 from ._envelope import MAX_FIELDS, DeadInfo, Envelope, EnvelopeError, raw_value, shorten
@@ -71,7 +71,7 @@ async def _deliver(group: Group, entry: Entry) -> None:
     if env is None:
         return
     try:
-        event = decode_payload(group.rt.registry, env.name, env.payload)
+        event = decode(group, env)
     except Exception as exc:  # the same bytes fail the same way at every delivery: no retry
         await undecodable(group, entry, env, exc)
         return
@@ -100,6 +100,9 @@ async def prepare(group: Group, entry: Entry) -> Envelope | None:
     except EnvelopeError as exc:  # not ours, or damaged: no listener can take it, ever
         await _dead_letter(group, entry, None, None, exc)
         return None
+    if not readable(group.rt.registry, env.name, env.version):
+        await _hold(group, entry, env)
+        return None
     attempts = entry.attempts
     if (
         attempts is not None
@@ -118,6 +121,19 @@ async def prepare(group: Group, entry: Entry) -> Envelope | None:
     if entry.suspect and not await _start_alone(group, entry):
         return None
     return env
+
+
+def decode(group: Group, env: Envelope) -> Event:
+    """A stored payload as this process's type reads it: upcast to the declared version, read
+    tolerantly where the type says so (each ignored field counted).
+
+    :raises Exception: whatever decoding raises (the same bytes fail the same way every time)
+    """
+    rt = group.rt
+    stored = decode_stored(rt.registry, env.name, env.payload, env.version)
+    for field in stored.ignored:
+        rt.ignored[env.name, field] += 1
+    return stored.event
 
 
 async def undecodable(group: Group, entry: Entry, env: Envelope, exc: Exception) -> None:
@@ -254,6 +270,39 @@ async def failed(
     """A call raised: schedule its retry, or dead-letter it at its last call."""
     group.counters.failed += 1
     await _failed(group, entry, env, event, exc)
+
+
+async def _hold(group: Group, entry: Entry, env: Envelope) -> None:
+    """An entry of a newer event version than this process reads: left pending, its
+    delivery not counted, for a process that declares the version (a rolling deploy that
+    upgrades consumers after publishers loses nothing); one WARNING per (group, version)."""
+    rt = group.rt
+    group.counters.held += 1
+    if env.version not in group.unreadable_versions:
+        group.unreadable_versions.add(env.version)
+        known = rt.registry.get(env.name).__event_version__
+        logger.warning(
+            "durable listener %r (group %r): event %r (%s) is stored at version %d, but this "
+            "process declares version %d with unknown_fields='reject'; left pending, not dead, "
+            "until a process that declares version %d takes it: deploy that version "
+            "(logged once per group and version)",
+            group.listener.name,
+            group.name,
+            env.name,
+            env.event_id,
+            env.version,
+            known,
+            env.version,
+        )
+    group.finish(entry)  # no renewal from now on: it would reset the idle time set below
+    try:
+        async with group.idle_lock:
+            await rt.scripts.hold(
+                keys=[entry.stream],
+                args=[group.name, rt.consumer, 0, max(0, entry.deliveries - 1), entry.id],
+            )
+    except REDIS_ERRORS as err:  # still pending: it comes back after the visibility time
+        rt.log(logging.WARNING, ("hold", group.name), "could not hold an entry: %s", err)
 
 
 async def _failed(
@@ -422,6 +471,7 @@ def _record(
         deliveries=entry.deliveries,
         seq=env.seq if env else None,
         occurred_at=env.occurred_at if env else None,
+        version=env.version if env else None,
     )
     return base.replace(
         id=fid,

@@ -131,6 +131,8 @@ class Group:
         self._nogroup_backoff = NOGROUP_BACKOFF
         self._last_nogroup = -NOGROUP_RESET
         self._recovering = anyio.Lock()
+        #: event versions this group met and could not read (warned about once each)
+        self.unreadable_versions: set[int] = set()
 
     def __repr__(self) -> str:
         return f"Group({self.name!r}, stream={self.stream!r})"
@@ -429,10 +431,12 @@ def note_call(group: Group, seconds: float) -> None:
 
 
 def batch_limit(group: Group) -> int:
-    """How many entries one transaction may hold now: ``tx_batch`` at most, as many calls as
-    fit in ``BATCH_SECONDS``, and 1 (the lone path) until a call was measured, for listeners
-    not taking ``tx`` and with ``call_timeout`` (each call is cut short on its own)."""
+    """How many entries one transaction may hold now: ``tx_batch`` at most (until a call was
+    measured), as many calls as fit in ``BATCH_SECONDS``; 1 (the lone path) for listeners not
+    taking ``tx`` and with ``call_timeout`` (each call is cut short on its own)."""
     opts = group.rt.options
-    if not group.listener.takes_tx or opts.call_timeout or group.call_seconds is None:
+    if not group.listener.takes_tx or opts.call_timeout:
         return 1
+    if group.call_seconds is None:
+        return opts.tx_batch
     return max(1, min(opts.tx_batch, int(BATCH_SECONDS / max(group.call_seconds, 1e-6))))

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from .._core._listeners import default_listener_name, is_async_callable
+from .._core._signatures import check_listener_signature
 from .._events import Event
 from ._keys import group_name
 
@@ -64,7 +65,8 @@ def make_listener(
     """Check a durable subscription and describe it.
 
     :raises TypeError: if *event_type* is not a declared event type, *fn* is not callable,
-        or a sync *fn* takes ``tx`` (a sync listener runs in a worker thread, where the async
+        cannot be called with the event (and ``tx``), is a generator function, or a sync
+        *fn* takes ``tx`` (a sync listener runs in a worker thread, where the async
         connection cannot be used: declare it ``async def``)
     :raises ValueError: for a name that cannot be part of a group name (give ``name=``), or
         a bad *start*
@@ -90,6 +92,7 @@ def make_listener(
         raise ValueError(f"{exc}{hint}") from None
     is_async = is_async_callable(fn)
     takes_tx, tx_positional = _tx_parameter(fn)
+    check_listener_signature(fn, shown, durable=True, tx_positional=tx_positional)
     if takes_tx and not is_async:
         raise TypeError(
             f"durable listener {shown!r} takes 'tx' but is sync; sync listeners run in a worker "

@@ -16,10 +16,11 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.orm import Session
 
 from .._codec import encode_payload
 from .._events import Event
@@ -48,6 +49,7 @@ class ClaimedRow:
     causation_id: str | None
     correlation_id: str | None
     created_at: datetime
+    version: int | None = None  #: the event type's (``None``: a row from before versions)
 
     def envelope(self) -> Envelope:
         return Envelope(
@@ -60,6 +62,7 @@ class ClaimedRow:
             causation_id=self.causation_id,
             correlation_id=self.correlation_id,
             headers=self.headers,
+            version=self.version or 1,
         )
 
 
@@ -91,6 +94,7 @@ class Outbox:
             c.causation_id,
             c.correlation_id,
             c.created_at,
+            c.event_version,
         )
 
     def __repr__(self) -> str:
@@ -118,6 +122,7 @@ class Outbox:
         :raises PayloadError: if an event's payload cannot be encoded as JSON
         :raises ValueError: if an id is longer than its column or holds a NUL character
         """
+        _require_async_connection(conn, events)
         check_publish_ids(
             aggregate_key=aggregate_key, causation_id=causation_id, correlation_id=correlation_id
         )
@@ -138,6 +143,7 @@ class Outbox:
                 {
                     "event_id": uuid.uuid4().hex,
                     "name": event.__event_name__,
+                    "event_version": event.__event_version__,
                     "aggregate_key": aggregate_key,
                     "payload": payload,
                     "headers": header_text,
@@ -358,7 +364,7 @@ class Outbox:
         stmt = sa.select(*self._returned).where(self.table.c.event_id == event_id)
         async with engine.connect() as conn:
             row = (await conn.execute(stmt)).first()
-        return None if row is None else ClaimedRow(*row).envelope()
+        return None if row is None else ClaimedRow(*cast(tuple[Any, ...], row)).envelope()
 
     async def backlog(self, engine: AsyncEngine) -> Backlog:
         c = self.table.c
@@ -377,6 +383,22 @@ async def _transaction(db: Database) -> AsyncIterator[AsyncConnection]:
             yield conn
     else:
         yield db
+
+
+def _require_async_connection(conn: object, events: Sequence[Event]) -> None:
+    """Refuse an engine, or a sync connection or session, with what is needed instead."""
+    if isinstance(conn, AsyncConnection | AsyncSession):
+        return
+    name = events[0].__event_name__ if events else "?"
+    given = f"{type(conn).__module__}.{type(conn).__qualname__}"
+    if isinstance(conn, AsyncEngine):
+        given = "an AsyncEngine, which has no transaction"
+    elif isinstance(conn, sa.Connection | sa.Engine | Session):
+        given = f"the sync {given}"
+    raise TypeError(
+        f"publish({name!r}) needs the AsyncConnection or AsyncSession of an open transaction "
+        f"('async with engine.begin() as conn:'), got {given}"
+    )
 
 
 def _require_transaction(conn: AsyncConnection, events: Sequence[Event]) -> None:

@@ -38,6 +38,8 @@ __all__ = ["Relay"]
 
 #: seconds between two backlog counts (a ``count(*)`` over the partial index)
 BACKLOG_INTERVAL = 1.0
+#: seconds the count at stop may take at most
+LAST_COUNT_TIMEOUT = 2.0
 #: longest pause after failed batches
 MAX_BACKOFF = 5.0
 #: seconds between two cap alarms of one stream
@@ -159,6 +161,7 @@ class Relay:
                 if not draining:
                     continue
                 await self._settle()
+                await self._last_backlog()
                 return
             await self._maintain()
             with anyio.move_on_after(opts.poll_interval) as idle:
@@ -406,6 +409,14 @@ class Relay:
                 )
         except DB_ERRORS as exc:
             rt.log(logging.WARNING, "purge", "relay: purge failed (%s)", safe_str(exc))
+
+    async def _last_backlog(self) -> None:
+        """Count the backlog once more as the relay stops: the statistics outlive it, and the
+        last count (at most once a second) may be from halfway through a drain. Bounded: a
+        database that does not answer leaves the last count, and the stop is not held up."""
+        self._next_backlog = 0.0
+        with anyio.move_on_after(LAST_COUNT_TIMEOUT):
+            await self._update_backlog()
 
     async def _update_backlog(self) -> None:
         if time.monotonic() < self._next_backlog:

@@ -244,6 +244,25 @@ return out
 """
 
 
+#: Leave entries of a newer event version than this consumer reads pending, as if this
+#: delivery had not happened: the idle time and the delivery counter are set back
+#: (``XCLAIM ... IDLE n RETRYCOUNT c JUSTID``), so that a process that reads the version
+#: takes them later, with no delivery of theirs spent. KEYS: stream. ARGV: group, consumer,
+#: idle ms, retry count, ids. Returns the ids that were still ours.
+HOLD = """
+local kept = {}
+for i = 5, #ARGV do
+    local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+    if p[1] and p[1][2] == ARGV[2] then
+        redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'IDLE', ARGV[3],
+                   'RETRYCOUNT', ARGV[4], 'JUSTID')
+        kept[#kept + 1] = ARGV[i]
+    end
+end
+return kept
+"""
+
+
 class Scripts:
     """The scripts registered on one client (``EVALSHA``, loaded again after a restart)."""
 
@@ -251,6 +270,7 @@ class Scripts:
         self.publish: AsyncScript = client.register_script(PUBLISH)
         self.settle: AsyncScript = client.register_script(SETTLE)
         self.renew: AsyncScript = client.register_script(RENEW)
+        self.hold: AsyncScript = client.register_script(HOLD)
         self.reclaim: AsyncScript = client.register_script(RECLAIM)
         self.retry: AsyncScript = client.register_script(RETRY)
         self.record: AsyncScript = client.register_script(RECORD)

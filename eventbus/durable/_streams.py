@@ -27,7 +27,8 @@ from .._exceptions import DuplicateListenerError, DurableError, UnknownEventErro
 from .._failures import FailureRecord
 from ..abc import FailureStore
 from ..backends.memory import MemoryFailureStore
-from ..backends.sql import make_engine, redact_url
+from ..backends.redis import check_async_redis
+from ..backends.sql import check_async_engine, make_engine, redact_url
 from ._events import DurableStarted, DurableStopped, register_durable_events
 from ._handback import backfill, replay, republish
 from ._inbox import Inbox
@@ -41,7 +42,7 @@ from ._registry import forget_group, register_group
 from ._relay import Relay
 from ._runtime import AnyRedis, Fault, Runtime, logger, utcnow
 from ._server import check_pool, check_servers, client_from_url
-from ._stats import DurableStatistics, RelayCounters
+from ._stats import DurableStatistics, IgnoredField, RelayCounters
 from ._status import DeadLetter, StreamStatus, dead_letters, discover_events, stream_status
 from ._tables import create_durable_tables, inbox, inbox_table, outbox, outbox_table
 from ._tasks import Tasks
@@ -97,12 +98,14 @@ class RedisStreams:
         self.registry = registry if registry is not None else default_registry
         self.keys = StreamKeys(prefix)
         self.client: AnyRedis
+        check_async_redis(redis, "RedisStreams")
         if isinstance(redis, str):
             # Blocking reads hold a connection each: one per group, plus headroom.
             self.client = client_from_url(redis, block=self.options.block, connections=64)
             self._owns_client = True
         else:
             self.client, self._owns_client = redis, False
+        check_async_engine(engine, "RedisStreams", url_ok=True)
         if isinstance(engine, AsyncEngine):
             self.engine, self._owns_engine = engine, False
         else:
@@ -347,6 +350,10 @@ class RedisStreams:
             relay=(self.relay.counters if self.relay else RelayCounters()).snapshot(),
             janitor=self._tasks.janitor.statistics(),
             groups=groups,
+            ignored_fields=tuple(
+                IgnoredField(event, field, n)
+                for (event, field), n in sorted(self.rt.ignored.items())
+            ),
         )
 
     def _check_pool(self, listeners: int) -> None:

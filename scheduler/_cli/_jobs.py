@@ -105,6 +105,8 @@ class _Row:
     schedule: str
     state: str  # active, paused, disabled, or why it is not a job
     last: RunRecord | None
+    #: the scheduler's own next fires (``Scheduler.jobs()``); None: from the trigger
+    fires: tuple[datetime, ...] | None = None
 
 
 def _run_jobs(args: argparse.Namespace) -> int:
@@ -116,7 +118,8 @@ def _run_jobs(args: argparse.Namespace) -> int:
         print("no jobs", file=sys.stderr)
     for row in rows:
         print(f"{row.name}  {row.schedule}  {row.state}  last run: {_last(row.last)}")
-        for fire in _next_fires(row.trigger, after, args.n):
+        fires = row.fires if row.fires is not None else _next_fires(row.trigger, after, args.n)
+        for fire in fires:
             local, utc = fire.isoformat(), fire.astimezone(UTC).isoformat()
             print(f"    {local}  {utc.replace('+00:00', 'Z')}")
     return EXIT_OK
@@ -128,11 +131,13 @@ async def _rows_from_app(args: argparse.Namespace) -> list[_Row]:
         if sched._job_source is not None and sched._job_factory is not None:
             await sched.load_jobs(sched._job_source, sched._job_factory)
         rows = []
-        for job in sched.jobs():
+        for job in sched.jobs(upcoming=args.n):
             paused = await sched.is_paused(job)
             schedule = f"{job.kind} {job.schedule!r} ({job.tz})"
             last = await _last_run(sched.runs, job.name)
-            rows.append(_Row(job.name, job.trigger, schedule, _state(paused), last))
+            # Without --after: the fires the scheduler itself gives (Scheduler.jobs())
+            fires = job.next_fire_times if args.after is None else None
+            rows.append(_Row(job.name, job.trigger, schedule, _state(paused), last, fires))
         return rows
     finally:
         await close_app(sched)
@@ -257,7 +262,11 @@ async def _store_paused(args: argparse.Namespace, paused: bool) -> bool:
         async with engine.connect() as conn:
             has_jobs = await conn.run_sync(lambda c: sa.inspect(c).has_table("scheduler_jobs"))
         if not has_jobs:
-            raise InputError(f"{where!r} has no job table (scheduler_jobs) to pause jobs in")
+            verb = "pause" if paused else "resume"
+            raise InputError(
+                f"{where!r} has no job table (scheduler_jobs) to {verb} jobs in; for a job "
+                f"written in code, {verb} it with --app MODULE:ATTR (its SQL run store)"
+            )
         # create=True: a job table of an older version gets its 'paused' column first
         return await _flip(SqlJobStore(engine), args.name, paused, repr(where))
 
@@ -269,9 +278,10 @@ async def _flip_code_job(sched: Scheduler, name: str, paused: bool, app: str) ->
         known = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if names[10:] else "")
         raise InputError(f"no job named {name!r} in --app {app!r}; known jobs: {known or 'none'}")
     if sched.pause_scope(name) == "process":
+        verb = "pause" if paused else "resume"
         raise InputError(
             f"--app {app!r} keeps the paused state of {name!r} in its own process (its run "
-            "store is kept in memory): pause it there (the console, or sched.pause()), or "
+            f"store is kept in memory): {verb} it there (the console, or sched.{verb}()), or "
             "give the scheduler a SqlRunStore"
         )
     job = sched.get(name)

@@ -176,6 +176,20 @@ class Scheduler(JobRegistry):
             job, "manual", None, cancelled="the caller of trigger() was cancelled"
         )
 
+    def jobs(self, *, upcoming: int = 1) -> list[Job]:
+        """The registered jobs, in name order, each with its ``next_fire_times``: the next
+        *upcoming* fire times in its zone, what :meth:`next_fire_times` gives now (and the
+        CLI's ``jobs`` prints); ``next_fire_time`` is the first. Also each job's ``kind``,
+        ``schedule``, ``tz``, ``paused`` flag and ``last_run``.
+
+        :raises ValueError: if *upcoming* is less than 1
+        """
+        _check_n(upcoming)
+        listed = super().jobs()
+        for job in listed:
+            job.next_fire_times = tuple(self.next_fire_times(job.name, upcoming))
+        return listed
+
     def next_fire_times(self, name: str, n: int = 5) -> list[datetime]:
         """The next ``n`` fire times of job ``name``, in its zone: from the loop's timetable
         while the scheduler runs, else as if it started now.
@@ -184,8 +198,7 @@ class Scheduler(JobRegistry):
         :raises ValueError: if ``n`` is less than 1
         """
         job = self.get(name)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n={n!r} must be a whole number, at least 1")
+        _check_n(n)
         upcoming: list[datetime] = []
         fire = self._timetable.next_for(job) if self._tg is not None else None
         if fire is None and self._tg is None:
@@ -410,3 +423,8 @@ class Scheduler(JobRegistry):
         """Run until cancelled (``tg.start_soon(sched.run)`` in the application)."""
         async with self:
             await anyio.sleep_forever()
+
+
+def _check_n(n: object) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n={n!r} must be a whole number, at least 1")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import traceback
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -20,7 +21,7 @@ from .._context import RunContext, _current_run
 from .._events import LockLost, RunFailed, RunSkipped, RunStarted, RunSucceeded
 from .._exceptions import LockLostError, RunCancelledError, RunTimeoutError
 from .._jobs import Job
-from .._records import RunRecord, TriggerKind
+from .._records import MAX_TRACEBACK, RunRecord, TriggerKind
 from .._results import encode_result
 from ._guards import Renewal, RunControl, call_guarded
 from ._locking import LockStep
@@ -297,8 +298,14 @@ class Runner:
             self.counters.succeeded += 1
         else:
             text = f"{type(error).__name__}: {error}"
+            tb = "".join(traceback.format_exception(error))[-MAX_TRACEBACK:]
             record = replace(
-                record, status="failed", finished_at=finished, cursor=ctx.cursor, error=text
+                record,
+                status="failed",
+                finished_at=finished,
+                cursor=ctx.cursor,
+                error=text,
+                traceback=tb,
             )
             self.counters.failed += 1
             logger.error(

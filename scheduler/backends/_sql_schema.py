@@ -41,6 +41,7 @@ runs_table = sa.Table(
     # added after the first release: nullable, and added in place by create_tables()
     sa.Column("result", sa.Text, nullable=True),
     sa.Column("result_repr", sa.Boolean, nullable=True),
+    sa.Column("traceback", sa.Text, nullable=True),
     sa.Index("ix_scheduler_runs_task_seq", "task_name", "seq"),
     sa.Index("ix_scheduler_runs_status", "status"),
     sa.Index("ix_scheduler_runs_task_scheduled", "task_name", "scheduled_at"),

@@ -47,7 +47,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import LockError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from eventbus.backends.redis import check_redis_server
+from eventbus.backends.redis import check_async_redis, check_redis_server
 
 __all__ = ["RedisLease", "RedisLock"]
 
@@ -98,6 +98,7 @@ class RedisLock(AsyncResource):
         owner: str | None = None,
         check_server: bool = True,
     ) -> None:
+        check_async_redis(client, "RedisLock", url_ok=False)
         self.client = client
         self.prefix = prefix
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from anyio.abc import AsyncResource
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from eventbus.backends.sql import make_engine, missing_columns
+from eventbus.backends.sql import check_async_engine, make_engine, missing_columns
 
 from .._jobs import JobDefinition
 from .._records import RunRecord, RunStatus, abandoned_error
@@ -65,6 +65,7 @@ def _row_to_record(row: sa.Row[Any]) -> RunRecord:
         lock_lost=bool(m["lock_lost"]),
         result=None if m.get("result") is None else json.loads(m["result"]),
         result_repr=bool(m.get("result_repr")),
+        traceback=m.get("traceback"),
     )
 
 
@@ -85,6 +86,7 @@ def _values(record: RunRecord) -> dict[str, Any]:
         "lock_lost": record.lock_lost,
         "result": None if record.result is None else json.dumps(record.result),
         "result_repr": record.result_repr,
+        "traceback": record.traceback,
     }
 
 
@@ -101,6 +103,7 @@ class SqlRunStore(AsyncResource):
     """
 
     def __init__(self, engine: AsyncEngine, *, create: bool = True) -> None:
+        check_async_engine(engine, "SqlRunStore (or SqlRunStore.from_url(url))")
         self.engine = engine
         self._owns_engine = False
         self._tables = _Tables(engine, create=create, tables=(runs_table, paused_table))
@@ -264,6 +267,7 @@ class SqlJobStore(AsyncResource):
     """
 
     def __init__(self, engine: AsyncEngine, *, create: bool = True) -> None:
+        check_async_engine(engine, "SqlJobStore")
         self.engine = engine
         self._tables = _Tables(engine, create=create, tables=(jobs_table,))
 

@@ -53,6 +53,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, invoicer: Invoicer) -> Iter
         console_token=TOKEN,
         on_start=on_start,
         app_options={"refill_watermark": 20, "schedules": Schedules.fast()},  # as the web demo
+        allow_intranet_links=True,  # a short link to a page of this server on 127.0.0.1
     )
     with LiveServer(create_app(config)) as live:
         yield live

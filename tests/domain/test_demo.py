@@ -180,3 +180,16 @@ def test_the_first_screen_shows_the_planned_failure_in_one_line_and_how_to_see_m
     )
     assert "MailDeliveryError: mail server refused the welcome message" in shown.stdout
     assert "Traceback (most recent call last)" in shown.stdout
+
+
+def test_without_db_the_demo_prints_no_command_for_the_database_it_removes(
+    tmp_path: Path,
+) -> None:
+    """Regression test: ``make demo`` printed ``failures show ... --db`` for its temporary
+    database, which it deleted before the reader could run the command."""
+    proc = start_demo(tmp_path, "--seconds", "1")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "failures show" in out  # still says how to see the traceback
+    assert not re.search(r"failures show .*--db \S*eventbus-demo-", out)
+    assert "make demo DEMO_ARGS='--db demo.db', then python -m eventbus failures show" in out

@@ -238,3 +238,33 @@ def test_status_shows_a_paused_group_and_resume_tells_its_processes(
         assert (code, out) == (0, "group svc:ok of order.paid is paused nowhere\n")
     finally:
         sync.close()
+
+
+def test_unknown_events_groups_and_dead_ids_exit_2_naming_the_known_ones(
+    filled: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression test: ``pending``, ``dead`` and ``replay`` answered success ("nothing
+    pending", "no dead letters", "replayed 0") to names that do not exist."""
+    url, _ = filled
+    code, out, err = run(
+        capsys, "streams", "pending", "order.payed", "--group", "svc:ok", "--redis", url
+    )
+    assert (code, out) == (2, "")
+    assert "no stream for event 'order.payed'" in err and "known events: order.paid" in err
+    code, _, err = run(
+        capsys, "streams", "pending", "order.paid", "--group", "svc:okk", "--redis", url
+    )
+    assert code == 2 and "no group 'svc:okk' on the stream of 'order.paid'" in err
+    assert "its groups: other:zombie, svc:broken, svc:ok" in err
+    code, _, err = run(capsys, "streams", "dead", "order.payed", "--redis", url)
+    assert code == 2 and "no stream for event 'order.payed'" in err
+    code, _, err = run(capsys, "streams", "dead", "order.paid", "--group", "nope", "--redis", url)
+    assert code == 2 and "no group 'nope'" in err
+    code, _, err = run(capsys, "streams", "replay", "order.payed", "--all", "--redis", url)
+    assert code == 2 and "no stream for event 'order.payed'" in err
+    code, out, err = run(capsys, "streams", "replay", "order.paid", "--id", "1-1", "--redis", url)
+    assert (code, out) == (2, "")
+    assert "no dead letter 1-1 of 'order.paid'; its dead letters: " in err
+    assert err.count("\n") == 1
+    code, out, _ = run(capsys, "streams", "replay", "order.paid", "--all", "--redis", url)
+    assert (code, out) == (0, "replayed 3 dead letters\n")  # nothing was lost on the way

@@ -193,3 +193,13 @@ async def test_utc_datetime_refuses_a_naive_value(sqlite_engine: AsyncEngine) ->
         await conn.run_sync(stamps.metadata.create_all)
         with pytest.raises(sa.exc.StatementError, match="naive datetime"):
             await conn.execute(sa.insert(stamps), [{"id": 1, "aware": datetime(2026, 1, 1)}])
+
+
+@pytest.mark.parametrize("url", ["postgres://app:s3cret@host/db", "postgres+asyncpg://h/db"])
+def test_a_heroku_style_postgres_url_says_what_to_write_instead(url: str) -> None:
+    """Regression test: ``postgres://`` (Heroku's ``DATABASE_URL``) got "Can't load plugin:
+    sqlalchemy.dialects:postgres" and no hint."""
+    for read in (database_url, make_engine):
+        with pytest.raises(ValueError, match="use 'postgresql\\+asyncpg://'") as info:
+            read(url)
+        assert "s3cret" not in str(info.value) and "no 'postgres://' scheme" in str(info.value)

@@ -149,6 +149,37 @@ def test_list_json_has_every_field(db_url: str, capsys: pytest.CaptureFixture[st
     [row] = json.loads(capsys.readouterr().out)
     assert set(row) == set(FailureRecord.__dataclass_fields__)
     assert row["status"] == "dead" and row["last_failed_at"] == "2026-01-04T00:00:00+00:00"
+    assert row["payload"] == {"n": 3}  # regression test: was the JSON string '{"n": 3}'
+
+
+def test_json_keeps_a_payload_that_is_not_json_as_its_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'f.db'}"
+    write_records(url, make_record(7, payload="Thing(n=<object>)", payload_ok=False))
+    assert main(["failures", "list", "--db", url, "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert (row["payload"], row["payload_ok"]) == ("Thing(n=<object>)", False)
+
+
+def test_a_missing_default_database_is_not_blamed_on_db(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression test: with no --db given, the error began "--db no database file at ..."."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("EVENTBUS_DB", raising=False)
+    assert main(["failures", "list"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "error: the default database (no --db given, no $EVENTBUS_DB; give --db URL|PATH): "
+        "no database file at 'eventbus.db'"
+    )
+    monkeypatch.setenv("EVENTBUS_DB", str(tmp_path / "env.db"))
+    assert main(["failures", "list"]) == 2
+    assert capsys.readouterr().err.startswith("error: $EVENTBUS_DB (no --db given): no database")
+    assert main(["failures", "list", "--db", "given.db"]) == 2
+    assert capsys.readouterr().err.startswith("error: --db no database file at 'given.db'")
+    assert not (tmp_path / "eventbus.db").exists() and not (tmp_path / "env.db").exists()
 
 
 def test_list_says_so_when_nothing_matches(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -174,7 +205,7 @@ def test_show_json(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     full_id = make_record(1).id
     assert main(["failures", "show", full_id, "--db", db_url, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert (data["id"], data["payload"], data["attempts"]) == (full_id, '{"n": 1}', 1)
+    assert (data["id"], data["payload"], data["attempts"]) == (full_id, {"n": 1}, 1)
 
 
 def test_show_marks_a_payload_kept_as_repr(
@@ -282,8 +313,9 @@ def test_help_texts_show_no_restructuredtext_markup() -> None:
     from tests.eventbus.cli.test_cli_helpers import all_help_texts
 
     texts = all_help_texts(build_parser())
-    # the program, 'failures' and its four actions, 'streams' and its nine, 'doctor'
-    assert len(texts) == 17
+    # the program, 'failures' and its four actions, 'streams' and its nine, 'schema' and its
+    # two, 'asyncapi', 'doctor'
+    assert len(texts) == 21
     for text in texts:
         assert "``" not in text and not re.search(r":[a-z]+:`", text), text
 

@@ -8,6 +8,7 @@ package overwrites eventbus's files (``tests/packaging.py``).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from eventbus._cli._install import install_command
 from eventbus._cli._main import main
 from eventbus.extras import EXTRAS
 
@@ -65,8 +67,8 @@ def test_doctor_names_another_scheduler_first_on_the_path_and_exits_1(tmp_path: 
     )
     installed = (
         "PROBLEM: the distribution 'scheduler' installs a top-level 'scheduler' package too "
-        "(pip writes both into one scheduler/ directory): pip uninstall scheduler, then pip "
-        "install --force-reinstall eventbus"
+        "(pip writes both into one scheduler/ directory): pip uninstall scheduler, then "
+        + install_command(force=True)  # of this copy: tested below
     )
     assert problems == [shadowed, installed]
     # what the user would have seen without the doctor
@@ -75,3 +77,52 @@ def test_doctor_names_another_scheduler_first_on_the_path_and_exits_1(tmp_path: 
         [sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, env=env
     )
     assert seen.stdout == "Threads. False\n"
+
+
+def installed_as(where: Path, direct_url: dict[str, object] | None) -> None:
+    """The ``.dist-info`` pip leaves for eventbus (with PEP 610's ``direct_url.json`` when it
+    was installed from a directory or a file), first on ``sys.path``."""
+    info = where / "eventbus-9.9.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: eventbus\nVersion: 9.9\n")
+    if direct_url is not None:
+        (info / "direct_url.json").write_text(json.dumps(direct_url))
+
+
+@pytest.mark.parametrize(
+    ("how", "extras", "force", "expected"),
+    [
+        ("index", ["redis"], False, "pip install 'eventbus[redis]'"),
+        ("index", [], True, "pip install --force-reinstall eventbus"),
+        ("wheel", ["sql", "redis"], False, "pip install '{wheel}[sql,redis]'"),
+        ("wheel", [], True, "pip install --force-reinstall {wheel}"),
+        ("clone", ["web"], False, "pip install -e '{clone}[web]'"),
+        ("gone", ["web"], False, "pip install 'eventbus[web]'"),
+    ],
+)
+def test_the_doctors_install_advice_names_where_eventbus_came_from(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    how: str,
+    extras: list[str],
+    force: bool,
+    expected: str,
+) -> None:
+    """Regression test: the doctor said ``pip install 'eventbus[redis]'`` to someone who had
+    installed eventbus from a clone or a built wheel."""
+    wheel, clone = tmp_path / "dist/eventbus-9.9-py3-none-any.whl", tmp_path / "clone"
+    wheel.parent.mkdir()
+    wheel.write_bytes(b"")
+    clone.mkdir()
+    urls: dict[str, dict[str, object] | None] = {
+        "index": None,
+        "wheel": {"url": wheel.as_uri(), "archive_info": {}},
+        "clone": {"url": clone.as_uri(), "dir_info": {"editable": True}},
+        "gone": {"url": (tmp_path / "deleted.whl").as_uri(), "archive_info": {}},
+    }
+    site = tmp_path / "site"
+    site.mkdir()
+    installed_as(site, urls[how])
+    monkeypatch.syspath_prepend(str(site))
+    shown = install_command(extras, force=force)
+    assert shown == expected.format(wheel=wheel, clone=clone)

@@ -489,3 +489,53 @@ def test_charts_escape_their_text_and_scale_to_the_largest_bar() -> None:
     t = datetime(2026, 12, 1, tzinfo=UTC)
     line = line_chart({"<a>": [(t, 1), (t + timedelta(hours=1), 2)]}, label="views")
     assert "<polyline" in line and "&lt;a&gt;: 2 at 2026-12-01 01:00:00 UTC" in line
+
+
+def test_a_sub_second_maximum_is_not_rounded_up_to_one() -> None:
+    """Regression test: the axis's top was 1 for any maximum under 1, so runs of a few
+    milliseconds were 1-pixel bars (and a failed one vanished among them)."""
+    svg = bar_chart([Bar("a", {"ok": 0.004}), Bar("b", {"failed": 0.002})], label="runs", unit=" s")
+    bars = r'<rect x="[\d.]+" y="[\d.]+" width="[\d.]+" height="([\d.]+)" fill="#'
+    heights = [float(h) for h in re.findall(bars, svg)]
+    assert ">0.005 s</text>" in svg and ">1 s</text>" not in svg
+    assert heights[0] == pytest.approx(2 * heights[1], rel=0.01) and heights[1] > 40
+
+
+AUTO_REFRESH = r'<p class="refresh" hidden><label><input type="checkbox" id="auto-refresh" '
+
+
+async def test_watching_pages_offer_an_auto_refresh_that_needs_no_inline_script(
+    bus: EventBus, client: httpx.AsyncClient, csrf: str
+) -> None:
+    """Regression test: the overview and failures pages could only be reloaded by hand.
+    The control is hidden until console.js shows it; the CSP is the same as before."""
+    bus.emit(OrderPaid(order_id=1, user_id=1))
+    [rec] = await bus.failures.query()
+    for path in ("/ops/", "/ops/failures"):
+        page = await client.get(path)
+        assert AUTO_REFRESH in page.text and 'data-seconds="15"' in page.text
+        assert "<script>" not in page.text
+        assert page.headers["content-security-policy"].startswith(
+            "default-src 'none'; script-src 'self'; style-src 'self';"
+        )
+    assert AUTO_REFRESH not in (await client.get(f"/ops/failures/{rec.id}")).text
+    script = (await client.get("/ops/static/console.js")).text
+    assert 'getElementById("auto-refresh")' in script and "localStorage" in script
+
+
+async def test_the_url_after_an_action_is_short_and_shows_the_result_to_its_session_only(
+    bus: EventBus, client: httpx.AsyncClient, csrf: str
+) -> None:
+    """Regression test: the URL an action redirected to was 301 characters long here (the
+    session id, the user and an ISO time were carried in it, beside the message): now 205."""
+    bus.emit(OrderPaid(order_id=1, user_id=7))
+    [rec] = await bus.failures.query()
+    r = await client.post(f"/ops/failures/{rec.id}/purge", data={"csrf": csrf, "confirm": "yes"})
+    location = r.headers["location"]
+    assert len(location) <= 210, (len(location), location)
+    page = (await client.get(location)).text
+    assert result_banner(page) == f"Purged failure {rec.id} (tests:invoice for order.paid)."
+    assert ", by " in page.split('id="result">', 1)[1].split("</p>", 1)[0]  # the session's user
+    await client.post("/ops/logout", data={"csrf": csrf})
+    await login(client)  # another session: the same URL shows nothing
+    assert result_banner((await client.get(location)).text) == ""

@@ -107,7 +107,7 @@ def dead_ids(page: str) -> list[str]:
 async def test_the_page_shows_each_group_and_replays_a_dead_letter(
     bus: EventBus, engine: AsyncEngine, fragile: Fragile, dead_letters: list[DeadLettered]
 ) -> None:
-    assert [p.slug for p in bus_pages(bus)] == ["failures", "bus", "streams"]
+    assert [p.slug for p in bus_pages(bus)] == ["failures", "bus", "events", "streams"]
     async with console_client(bus) as (http, console):
         csrf = await login(http)
         await publish(bus, engine, 1, 2)
@@ -241,7 +241,7 @@ async def test_unreachable_redis_is_a_page_that_says_so(engine: AsyncEngine) -> 
 
 
 def test_the_page_needs_a_durable_transport() -> None:
-    assert [p.slug for p in bus_pages(EventBus(REG))] == ["failures", "bus"]
+    assert [p.slug for p in bus_pages(EventBus(REG))] == ["failures", "bus", "events"]
     with pytest.raises(TypeError, match="StreamsPage needs a bus with a durable transport"):
         StreamsPage(EventBus(REG))
 

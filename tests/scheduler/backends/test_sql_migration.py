@@ -108,12 +108,14 @@ async def test_the_run_table_gets_its_new_columns_and_keeps_its_rows(
         [old] = await store.query()
         assert await store.last_scheduled("report") == T0
     assert (old.id, old.status, old.result, old.result_repr) == ("old1", "succeeded", None, False)
-    assert {"result", "result_repr"} <= await columns(old_engine, "scheduler_runs")
+    assert old.traceback is None
+    assert {"result", "result_repr", "traceback"} <= await columns(old_engine, "scheduler_runs")
     assert "ix_scheduler_runs_task_scheduled" in await indexes(old_engine, "scheduler_runs")
     added = sorted(r.getMessage() for r in caplog.records)
     assert added == [  # the job table is the job store's to migrate (review minor c)
         "added column scheduler_runs.result to the existing table",
         "added column scheduler_runs.result_repr to the existing table",
+        "added column scheduler_runs.traceback to the existing table",
     ]
     # a second start finds nothing to add
     caplog.clear()

@@ -108,7 +108,7 @@ def test_pause_and_resume_change_the_job_table(db: str, capsys: pytest.CaptureFi
         pytest.param(
             ["resume", "x", "--db", "{tmp}/other.db"],
             "error: 'sqlite+aiosqlite:///{tmp}/other.db' has no job table (scheduler_jobs) to "
-            "pause jobs in",
+            "resume jobs in",
             id="no-job-table",
         ),
         pytest.param(
@@ -324,3 +324,20 @@ async def test_a_pause_from_the_cli_reaches_a_running_scheduler(db: str) -> None
     finally:
         await engine.dispose()
     assert ran == [datetime(2024, 1, 1, 8, tzinfo=UTC), datetime(2024, 1, 3, 8, tzinfo=UTC)]
+
+
+def test_resume_says_resume_and_a_database_without_a_job_table_says_what_to_use(
+    app: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression test: ``resume`` errors said "pause", and ``--db`` without a job table did
+    not say that a job written in code is paused through --app (the docs' own example)."""
+    runs_only = tmp_path / "runs_only.db"
+    sqlite3.connect(runs_only).close()
+    for verb in ("pause", "resume"):
+        assert main([verb, "poll", "--db", str(runs_only)]) == 2
+        err = capsys.readouterr().err
+        assert f"has no job table (scheduler_jobs) to {verb} jobs in; for a job written in " in err
+        assert f"code, {verb} it with --app MODULE:ATTR (its SQL run store)" in err
+        assert main([verb, "poll", "--app", f"{app}:in_memory"]) == 2
+        err = capsys.readouterr().err
+        assert f": {verb} it there (the console, or sched.{verb}())" in err
