@@ -95,19 +95,20 @@ class Relay:
                 await self.aclose()
             self._done.set()
 
-    async def stop(self, grace: float) -> None:
+    async def stop(self, patience: float, grace: float | None = None) -> None:
         """Drain, then return: publish every row committed before this call, for at most
-        *grace* seconds. What is left is logged with its count; it stays in the outbox for
-        the next relay (the loop is cancelled by the caller)."""
+        *patience* seconds (its part of the stop's *grace*, which the log names). What is
+        left is logged with its count; it stays in the outbox for the next relay (the loop is
+        cancelled by the caller)."""
         self._stopping = True
         self.wake()
         done = self._done
         if done is None:
             return
-        with anyio.move_on_after(grace):
+        with anyio.move_on_after(patience):
             await done.wait()
         if not done.is_set():
-            await self._log_left(grace)
+            await self._log_left(patience if grace is None else grace)
 
     async def _log_left(self, grace: float) -> None:
         count = "an unknown number of"

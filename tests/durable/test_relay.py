@@ -172,6 +172,41 @@ async def test_rows_a_stop_could_not_publish_within_the_grace_are_logged_with_th
     assert (await streams.rt.outbox.backlog(engine)).count == 3  # left for the next relay
 
 
+async def test_a_stop_lasts_shutdown_grace_not_the_consumers_grace_and_then_the_relays(
+    make_streams: Factory, engine: AsyncEngine
+) -> None:
+    """Regression test: calls in flight had ``shutdown_grace``, and the relay's drain had
+    another ``shutdown_grace`` after them: a stop with both stuck took twice the grace. Now
+    one deadline, and the relay at least ``RELAY_FLOOR`` (1 s) after calls that used it all."""
+    await create_durable_tables(engine)
+    grace = 3.0
+    relay_stuck, listening = anyio.Event(), anyio.Event()
+    hang_relay = False
+
+    async def hang(point: str) -> None:
+        if point == "claimed" and hang_relay:  # as a Redis that never answers the XADD
+            relay_stuck.set()
+            await anyio.sleep_forever()
+
+    async def stuck(e: OrderPaid) -> None:  # a call in flight that never ends on its own
+        listening.set()
+        await anyio.sleep_forever()
+
+    opts = replace(FAST, shutdown_grace=grace, call_timeout=None)
+    streams = make_streams(options=opts, _fault=hang)
+    streams.subscribe(OrderPaid, stuck, name="stuck")
+    with anyio.fail_after(30):
+        async with streams:
+            await _publish(streams, engine, 1)
+            await listening.wait()
+            hang_relay = True
+            await _publish(streams, engine, 1)
+            await relay_stuck.wait()
+            left = anyio.current_time()
+        took = anyio.current_time() - left
+    assert grace + 1.0 <= took < 2 * grace - 1.0  # was 2 * grace and more
+
+
 async def test_a_backlog_past_its_bound_is_reported_once_per_episode(
     make_streams: Factory, engine: AsyncEngine
 ) -> None:
