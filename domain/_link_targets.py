@@ -16,7 +16,8 @@ inside a data centre, ``10.0.0.5`` is as much "inside" as ``127.0.0.1`` is.
 
 Names are not resolved (a name's address can change after the check, and a resolver may be
 slow or absent), so only the host as written is judged; IPv4 written as IPv6
-(``[::ffff:127.0.0.1]``, NAT64 ``[64:ff9b::7f00:1]``, 6to4) is judged by its IPv4 address.
+(``[::ffff:127.0.0.1]``, NAT64 ``[64:ff9b::7f00:1]``, 6to4, Teredo's client) is judged by
+its IPv4 address.
 """
 
 from __future__ import annotations
@@ -35,8 +36,15 @@ _METADATA_ADDRESSES = {
     ipaddress.ip_address("169.254.170.2"),  # AWS ECS task metadata
     ipaddress.ip_address("fd00:ec2::254"),  # AWS over IPv6
     ipaddress.ip_address("100.100.100.200"),  # Alibaba Cloud
+    ipaddress.ip_address("192.0.0.192"),  # Oracle Cloud
 }
-_METADATA_NAMES = {"metadata.google.internal", "metadata.goog", "metadata"}
+_METADATA_NAMES = {
+    "metadata.google.internal",
+    "metadata.goog",
+    "metadata",
+    "instance-data",  # AWS EC2
+    "instance-data.ec2.internal",
+}
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
@@ -88,6 +96,8 @@ def _address_problem(address: IPAddress, host: str, allow_intranet: bool) -> str
         if address.is_loopback
         else "link-local"
         if address.is_link_local
+        else "site-local"
+        if isinstance(address, ipaddress.IPv6Address) and address.is_site_local
         else "private"
         if address.is_private
         else "not globally reachable"
@@ -100,11 +110,14 @@ def _address_problem(address: IPAddress, host: str, allow_intranet: bool) -> str
 
 
 def _embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 one carries (mapped, NAT64, 6to4), or ``None``."""
+    """The IPv4 address an IPv6 one carries (mapped, NAT64, 6to4, Teredo's client, which is
+    the host a packet to it reaches), or ``None``."""
     if isinstance(address, ipaddress.IPv4Address):
         return None
     if address.ipv4_mapped is not None:
         return address.ipv4_mapped
     if address in _NAT64:
         return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address.teredo is not None:
+        return address.teredo[1]
     return address.sixtofour

@@ -60,13 +60,33 @@ def default_spill_path(url: sa.URL, table: str) -> Path:
     (``app.db-eventbus_failures-spill.jsonl``); else (a server database, an in-memory one) in
     the user's state directory (:func:`spill_dir`), named after the database
     (``eventbus-spill-postgresql-db.example-5432-shop-eventbus_failures.jsonl``).
+
+    An in-memory SQLite database is one store's own, and ends with its process: its file name
+    holds the pid and a token of its own (``eventbus-spill-sqlite-memory-4242-1f2e3d4c-...``),
+    so that another store, in this process or another, never reads its records into a
+    database they were not recorded in. Such a file is read back only by the store that wrote
+    it; one a crash left behind is the operator's to read (it is JSON lines) or delete.
     """
     path = sqlite_file(url)
     if path is not None and not os.environ.get(SPILL_DIR_VARIABLE):
         return path.with_name(f"{path.name}-{table}-spill.jsonl").absolute()
-    parts = (url.get_backend_name(), url.host, url.port and str(url.port), url.database, table)
+    if in_memory(url):
+        own = f"memory-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        parts: tuple[str | None, ...] = (url.get_backend_name(), own, table)
+    else:
+        port = str(url.port) if url.port else None
+        parts = (url.get_backend_name(), url.host, port, url.database, table)
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(p for p in parts if p))
     return spill_dir() / f"eventbus-spill-{name}.jsonl"
+
+
+def in_memory(url: sa.URL) -> bool:
+    """Whether *url* names an in-memory SQLite database (``sqlite://``, ``:memory:``,
+    ``mode=memory``)."""
+    if url.get_backend_name() != "sqlite":
+        return False
+    name = url.database or ""
+    return name in ("", ":memory:") or "mode=memory" in name or url.query.get("mode") == "memory"
 
 
 def encode(rec: FailureRecord) -> str:
@@ -169,11 +189,8 @@ class SpillFile:
 class SpillReader:
     """Reads a claimed spill file in chunks; :meth:`remove` deletes it once all is stored."""
 
-    def __init__(self, path: Path, *, make_dir: bool = False) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        #: create the file's directory (private to the user) when it is missing: a state
-        #: directory chosen by default; a path the application gave must exist
-        self.make_dir = make_dir
         self._fh: IO[bytes] | None
         try:
             self._fh = open(path, "rb")

@@ -366,7 +366,7 @@ async def _dead_letter(
     """Write the failure row (and wait until it is stored), then move the entry to the
     dead-letter stream and acknowledge it, atomically (the ``DEAD_LETTER`` script)."""
     rt, opts = group.rt, group.rt.options
-    previous = await _previous_row(group, entry)
+    previous = await _previous_row(group, entry, env)
     fid = previous.id if previous else failure_id(group.name, entry.stream, entry.id)
     rec = _record(group, entry, env, event, exc, fid)
     await _store(group, rec, previous, exc)
@@ -494,9 +494,11 @@ def _calls_made(entry: Entry, env: Envelope | None, exc: BaseException) -> int:
     return (entry.attempts or Attempts()).failed(entry.deliveries).calls
 
 
-async def _previous_row(group: Group, entry: Entry) -> FailureRecord | None:
+async def _previous_row(group: Group, entry: Entry, env: Envelope | None) -> FailureRecord | None:
     """The failure row of an entry handed back to this group (it dies again: the row is
-    updated); ``None`` for a first death, or when the row named is not this group's."""
+    updated); ``None`` for a first death, or when the row named is not this group's row of
+    this event (as :func:`_resolve` checks: a forged entry naming a real row id of the group
+    would otherwise overwrite another event's failure)."""
     dead = _handed_back(group, entry)
     if dead is None:
         return None
@@ -506,9 +508,10 @@ async def _previous_row(group: Group, entry: Entry) -> FailureRecord | None:
     except Exception as err:  # a row of its own then: never one that may not be ours
         logger.error("could not read the failure row %s: %s", dead.failure_id, safe_str(err))
         return None
-    if row is not None and not _owns(group, row):
+    if row is not None and not (_owns(group, row) and _same_event(row, dead, env)):
         logger.warning(
-            "entry %s of %r names failure row %s, which is not a row of group %r: ignored",
+            "entry %s of %r names failure row %s, which is not a row of group %r for its "
+            "event: ignored",
             entry.id,
             entry.stream,
             dead.failure_id[:12],
@@ -516,6 +519,15 @@ async def _previous_row(group: Group, entry: Entry) -> FailureRecord | None:
         )
         return None
     return row
+
+
+def _same_event(row: FailureRecord, dead: DeadInfo, env: Envelope | None) -> bool:
+    """Whether *row* is the failure of the event *env* (or, for an entry that does not
+    decode, the row of the damaged entry it was handed back from: such a row's event id is
+    its first entry's id, and it has no payload that decoded)."""
+    if env is None:
+        return not row.payload_ok and row.event_id == dead.entry_id
+    return row.event_id == env.event_id
 
 
 async def _store(

@@ -19,7 +19,15 @@ from typing import Any
 
 from .._exceptions import EventBusError
 
-__all__ = ["DeadInfo", "Envelope", "EnvelopeError", "raw_value", "shorten", "text_fields"]
+__all__ = [
+    "DeadInfo",
+    "Envelope",
+    "EnvelopeError",
+    "check_publish_ids",
+    "raw_value",
+    "shorten",
+    "text_fields",
+]
 
 VERSION = "1"
 _OPTIONAL = ("aggregate_key", "causation_id", "correlation_id", "headers")
@@ -89,6 +97,28 @@ def _not_text(fields: Mapping[str, str]) -> str | None:
             if "\x00" in key or "\x00" in value:
                 return f"field {key!r} holds a NUL character"
     return None
+
+
+def check_publish_ids(
+    *, aggregate_key: str | None, causation_id: str | None, correlation_id: str | None
+) -> None:
+    """Refuse at publish what every consumer would refuse (:meth:`Envelope.from_fields`):
+    an id longer than :data:`MAX_ID_LENGTH` or any NUL character. SQLite stores either
+    (it ignores ``VARCHAR(64)``), and each consumer group would then dead-letter the event.
+
+    :raises ValueError: naming the argument and the reason
+    """
+    for key, value, limit in (
+        ("aggregate_key", aggregate_key, None),
+        ("causation_id", causation_id, MAX_ID_LENGTH),
+        ("correlation_id", correlation_id, MAX_ID_LENGTH),
+    ):
+        if value is None:
+            continue
+        if "\x00" in value:
+            raise ValueError(f"{key} {shorten(value)} holds a NUL character")
+        if limit is not None and len(value) > limit:
+            raise ValueError(f"{key} {shorten(value)} is longer than {limit} characters")
 
 
 def shorten(text: str, limit: int = 24) -> str:

@@ -26,7 +26,7 @@ from .._codec import encode_payload
 from .._events import Event
 from .._exceptions import PayloadError
 from ..backends.sql import UTCDateTime
-from ._envelope import Envelope
+from ._envelope import Envelope, check_publish_ids
 from ._exceptions import NoTransactionError
 from ._wake import wake_after_commit
 
@@ -120,8 +120,12 @@ class Outbox:
             rows; rolled back: it finds nothing), from SQLAlchemy's own hooks
         :raises NoTransactionError: if *conn* has no open transaction, or is in autocommit
         :raises PayloadError: if an event's payload cannot be encoded as JSON
+        :raises ValueError: if an id is longer than its column or holds a NUL character
         """
         _require_async_connection(conn, events)
+        check_publish_ids(
+            aggregate_key=aggregate_key, causation_id=causation_id, correlation_id=correlation_id
+        )
         if isinstance(conn, AsyncSession):
             conn = await conn.connection()
         _require_transaction(conn, events)

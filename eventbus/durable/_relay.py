@@ -71,9 +71,6 @@ class Relay:
         self._high_since = 0.0  #: monotonic start of the backlog-high episode
         self._stopping = False
         self._done: anyio.Event | None = None
-        #: monotonic time at which the rows this relay gave back after a failure are
-        #: claimable again (a drain at stop waits for them)
-        self._held_back_until = 0.0
         #: the last failure of a batch, for the line a stop logs if rows are left
         self._last_error: str | None = None
         self._conn: AsyncConnection | None = None
@@ -98,19 +95,20 @@ class Relay:
                 await self.aclose()
             self._done.set()
 
-    async def stop(self, grace: float) -> None:
+    async def stop(self, patience: float, grace: float | None = None) -> None:
         """Drain, then return: publish every row committed before this call, for at most
-        *grace* seconds. What is left is logged with its count; it stays in the outbox for
-        the next relay (the loop is cancelled by the caller)."""
+        *patience* seconds (its part of the stop's *grace*, which the log names). What is
+        left is logged with its count; it stays in the outbox for the next relay (the loop is
+        cancelled by the caller)."""
         self._stopping = True
         self.wake()
         done = self._done
         if done is None:
             return
-        with anyio.move_on_after(grace):
+        with anyio.move_on_after(patience):
             await done.wait()
         if not done.is_set():
-            await self._log_left(grace)
+            await self._log_left(patience if grace is None else grace)
 
     async def _log_left(self, grace: float) -> None:
         count = "an unknown number of"
@@ -134,7 +132,6 @@ class Relay:
             # A claim that starts after stop() sees every row this process committed before
             # it (the wake comes after the commit): the drain ends with such a claim.
             draining = self._stopping
-            started = time.monotonic()
             try:
                 claimed = await self.publish_batch()
             except RETRIED as exc:
@@ -159,10 +156,10 @@ class Relay:
                 await checkpoint()
                 continue
             if self._stopping:
-                if not draining or started < self._held_back_until:
-                    # the claim began before the stop, or before rows this relay gave back
-                    # after a failure became claimable again: claim once more
-                    await anyio.sleep(max(0.0, self._held_back_until - time.monotonic()))
+                # The claim began before the stop: claim once more. (Rows given back after a
+                # failed batch are claimable again once the backoff sleep above has passed:
+                # the release's delay is that backoff.)
+                if not draining:
                     continue
                 await self._settle()
                 await self._last_backlog()
@@ -226,15 +223,18 @@ class Relay:
         except REDIS_ERRORS as exc:
             delay = min(max(self._backoff * 2, 0.05), MAX_BACKOFF)
             retry_at = utcnow() + timedelta(seconds=delay)
-            self._held_back_until = time.monotonic() + delay
-            with db_deadline(opts.db_timeout):
-                await rt.outbox.release(
-                    db,
-                    token=token,
-                    ids=[r.id for r in rows],
-                    error=f"{type(exc).__name__}: {safe_str(exc)}",
-                    retry_at=retry_at,
-                )
+            try:
+                with db_deadline(opts.db_timeout):
+                    await rt.outbox.release(
+                        db,
+                        token=token,
+                        ids=[r.id for r in rows],
+                        error=f"{type(exc).__name__}: {safe_str(exc)}",
+                        retry_at=retry_at,
+                    )
+            except DB_ERRORS:  # the rows come back when their lease ends
+                await self.aclose()
+                raise
             raise
         if refused:
             await self._refused(db, token, refused, time.monotonic() - started)

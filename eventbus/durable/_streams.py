@@ -213,6 +213,8 @@ class RedisStreams:
         :raises NoTransactionError: if *conn* has no open transaction (or is autocommit)
         :raises UnknownEventError: if the event's type is not in the transport's registry
         :raises PayloadError: if the payload cannot be encoded as JSON
+        :raises ValueError: if *causation_id* or *correlation_id* is longer than 64
+            characters, or an id holds a NUL character (every consumer would refuse the event)
         """
         [event_id] = await self.publish_many(
             [event],

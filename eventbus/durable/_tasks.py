@@ -22,6 +22,9 @@ from ._runtime import Runtime
 
 __all__ = ["Tasks"]
 
+#: the least time a stop leaves the relay's drain after the calls in flight used the grace
+RELAY_FLOOR = 1.0
+
 
 class Tasks:
     """Runs one transport's consumers, relay and janitor between :meth:`start` and
@@ -78,9 +81,12 @@ class Tasks:
 
     async def stop(self, grace: float) -> int:
         """Stop reading; calls in flight get *grace*, then are cancelled without
-        acknowledgement; the relay finishes its batch (within the same grace); then every task
+        acknowledgement; the relay drains in what is left of the same *grace*, and at least
+        :data:`RELAY_FLOOR` (or *grace*, if shorter): the batch it has in flight may have
+        waited for a call's transaction, and ends within milliseconds of it. Then every task
         is cancelled. Return how many calls were cut short."""
         unfinished = 0
+        deadline = anyio.current_time() + grace
 
         async def stop(consumer: Consumer) -> None:
             nonlocal unfinished
@@ -90,7 +96,8 @@ class Tasks:
             for consumer in self.consumers:
                 tg.start_soon(stop, consumer)
         if self.relay is not None:
-            await self.relay.stop(grace)
+            left = max(deadline - anyio.current_time(), min(grace, RELAY_FLOOR))
+            await self.relay.stop(left, grace)
         assert self._scope is not None
         self._scope.cancel()
         await self._stopped.wait()

@@ -13,16 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from eventbus import EventBus, FailureStatus, MemoryFailureStore
 from eventbus.durable import RedisStreams
 from tests.durable.conftest import Factory, entries, wait_until
+from tests.durable.entries import GOOD
 from tests.durable.events import REG, OrderPaid
-
-GOOD: dict[Any, Any] = {
-    "v": "1",
-    "event_id": "foreign-1",
-    "name": "order.paid",
-    "seq": "99",
-    "occurred_at": "2026-01-01T00:00:00+00:00",
-    "payload": '{"order_id": 2}',
-}
 
 
 async def publish(streams: RedisStreams, engine: AsyncEngine, *order_ids: int) -> list[str]:

@@ -12,37 +12,14 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from eventbus import FailureRecord, FailureStatus, MemoryFailureStore
+from eventbus import FailureStatus, MemoryFailureStore
 from eventbus.durable import RedisStreams
 from eventbus.durable._link import failure_id
 from eventbus.durable._scripts import DEAD_LETTER
 from tests.durable.conftest import Factory, entries, wait_until
+from tests.durable.entries import GOOD, forged, text
 from tests.durable.events import OrderPaid
 from tests.eventbus.helpers import make_record
-
-GOOD: dict[Any, Any] = {
-    "v": "1",
-    "event_id": "foreign-1",
-    "name": "order.paid",
-    "seq": "99",
-    "occurred_at": "2026-01-01T00:00:00+00:00",
-    "payload": '{"order_id": 2}',
-}
-
-
-def forged(row: FailureRecord, group: str = "svc:grant") -> dict[Any, Any]:
-    """``dead_*`` fields naming *row*, as a redelivery carries them."""
-    return {
-        "dead_group": group,
-        "dead_entry": "1-1",
-        "dead_deliveries": "3",
-        "dead_error": "ValueError: forged",
-        "dead_failure_id": row.id,
-    }
-
-
-def text(entry_id: bytes | str) -> str:
-    return entry_id.decode() if isinstance(entry_id, bytes) else entry_id
 
 
 async def publish(streams: RedisStreams, engine: AsyncEngine, *order_ids: int) -> None:
@@ -92,19 +69,25 @@ async def test_a_forged_redelivery_never_resolves_a_row_that_is_not_its_groups(
     assert await store.get(other.id) == other
 
 
+@pytest.mark.parametrize("where", ["stream", "restream"])
 async def test_a_forged_dead_letter_never_overwrites_a_row_that_is_not_its_groups(
-    make_streams: Factory, engine: AsyncEngine, client: Redis
+    make_streams: Factory, engine: AsyncEngine, client: Redis, where: str
 ) -> None:
     """Regression test: when such an entry died, its event, listener, error, payload and
-    traceback replaced those of the row it named."""
+    traceback replaced those of the row it named. On the event's own stream its ``dead_*``
+    fields are ignored at once; on the group's redelivery stream the row is checked."""
     store = MemoryFailureStore()
-    victim = make_record(7)
+    victim = make_record(7)  # an in-process listener's failure: no row of the group
     store.record(victim)
     got: list[int] = []
     streams = running(make_streams, store, got, fail=2)
     key = streams.keys.stream("order.paid")
+    if where == "restream":  # the group's own redelivery stream: past the stream check
+        key = streams.keys.redeliver("order.paid", "svc:grant")
     async with streams:
-        entry = text(await client.xadd(key, {**GOOD, **forged(victim)}))
+        # the row's own event id: only the row's group tells it is not this group's row
+        forgery = {**GOOD, "event_id": victim.event_id, **forged(victim)}
+        entry = text(await client.xadd(key, forgery))
         await wait_until(lambda: streams.statistics().group("grant").dead == 1, what="the dead")
     assert await store.get(victim.id) == victim
     row = await store.get(failure_id("svc:grant", key, entry))

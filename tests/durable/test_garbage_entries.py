@@ -23,18 +23,11 @@ from eventbus.backends.sql import SqlFailureStore, make_engine
 from eventbus.durable import RedisStreams, create_durable_tables
 from eventbus.durable._link import failure_id
 from tests.durable.conftest import Factory, entries, wait_until
+from tests.durable.entries import GOOD, forged, text
 from tests.durable.events import OrderPaid, effects, test_metadata
 from tests.eventbus.helpers import make_record
 
 GROUP = "svc:grant"
-GOOD: dict[Any, Any] = {
-    "v": "1",
-    "event_id": "garbage-1",
-    "name": "order.paid",
-    "seq": "99",
-    "occurred_at": "2026-01-01T00:00:00+00:00",
-    "payload": '{"order_id": 2}',
-}
 #: an in-process listener's failure, and a dead row of another group: neither may change
 VICTIM = make_record(7)
 OTHER = make_record(8).replace(
@@ -45,20 +38,8 @@ OTHER = make_record(8).replace(
     durable_seq=1,
     status=FailureStatus.DEAD,
 )
-
-
-def forged(row: FailureRecord, group: str = GROUP) -> dict[Any, Any]:
-    return {
-        "dead_group": group,
-        "dead_entry": "1-1",
-        "dead_deliveries": "3",
-        "dead_error": "ValueError: forged",
-        "dead_failure_id": row.id,
-    }
-
-
-def text(entry_id: bytes | str) -> str:
-    return entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+#: a dead row of the group itself, for another event: a forged entry naming it may not touch it
+MINE = OTHER.replace(id="rec-00009", event_id="ev-00009", durable_group=GROUP)
 
 
 def without(field: str) -> dict[str, Any]:
@@ -127,6 +108,14 @@ CASES = {
     "forged-dead-on-restream-dies": Garbage(
         {**GOOD, "seq": "x", **forged(VICTIM)}, "seq 'x' is not an int", restream=True
     ),
+    "forged-dead-on-restream-its-groups-row-dies": Garbage(
+        {**GOOD, "payload": "{not json", **forged(MINE)},
+        "stored payload is not JSON",
+        restream=True,
+    ),
+    "forged-damaged-on-restream-its-groups-row-dies": Garbage(
+        {**GOOD, "seq": "x", **forged(MINE)}, "seq 'x' is not an int", restream=True
+    ),
     "forged-dead-on-restream-its-id": Garbage(
         {**GOOD, "event_id": VICTIM.event_id, **forged(VICTIM)}, None, restream=True
     ),
@@ -175,6 +164,7 @@ async def test_each_kind_of_garbage_entry_ends_as_a_dead_letter_and_a_row_of_its
     store = SqlFailureStore(db, spill_path=tmp_path / "spill.jsonl")
     store.record(VICTIM)
     store.record(OTHER)
+    store.record(MINE)
     before = await table(store)
     streams, got = transport(make_streams, db, store)
     stream = streams.keys.stream("order.paid")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -84,6 +85,35 @@ async def test_publish_checks_the_event_before_writing(
         with pytest.raises(PayloadError, match="opaque.thing.*cannot be encoded"):
             await bad.publish(Opaque(value=object()), conn)
     assert await outbox_rows(engine) == []
+
+
+@pytest.mark.parametrize(
+    ("argument", "value", "reason"),
+    [
+        pytest.param("causation_id", "c" * 65, "longer than 64 characters", id="causation-65"),
+        pytest.param("correlation_id", "k" * 300, "longer than 64 characters", id="corr-300"),
+        pytest.param("causation_id", "c\x001", "holds a NUL character", id="causation-nul"),
+        pytest.param("correlation_id", "k\x00", "holds a NUL character", id="corr-nul"),
+        pytest.param("aggregate_key", "order\x007", "holds a NUL character", id="key-nul"),
+    ],
+)
+async def test_publish_refuses_ids_every_consumer_would_refuse(
+    make_streams: Factory, engine: AsyncEngine, argument: str, value: str, reason: str
+) -> None:
+    """Regression test: SQLite stored such an id (it ignores ``VARCHAR(64)``), and every
+    consumer group then dead-lettered the event as no envelope."""
+    streams = make_streams()
+    await create_durable_tables(engine)
+    async with engine.begin() as conn:
+        with pytest.raises(ValueError, match=f"^{argument} .* {reason}$"):
+            await streams.publish(OrderPaid(order_id=1), conn, **_ids(argument, value))
+        await streams.publish(OrderPaid(order_id=2), conn, **_ids(argument, "x" * 64))
+    assert [r.payload for r in await outbox_rows(engine)] == ['{"order_id": 2}']
+
+
+def _ids(argument: str, value: str) -> dict[str, Any]:
+    ids: dict[str, Any] = dict.fromkeys(("aggregate_key", "causation_id", "correlation_id"))
+    return ids | {argument: value}
 
 
 async def test_a_row_carries_ids_and_headers_into_the_envelope(

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import anyio
 import pytest
+import sqlalchemy as sa
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -65,6 +66,35 @@ async def test_f4_a_relay_stalled_before_its_xadd_past_its_lease_adds_nothing(
     assert [f[b"event_id"] for _, f in found] == [event_id.encode()]  # added once
     assert claimed == [1]
     assert (a.relay.counters.published, a.relay.counters.leases_lost) == (0, 1)
+
+
+async def test_a_release_that_meets_a_database_error_closes_the_relays_connection(
+    make_streams: Factory, engine: AsyncEngine, client: Redis
+) -> None:
+    """Regression test: a batch whose XADD failed gave its rows back; when that release met
+    a database error too, the relay kept the broken connection (the claim and the mark close
+    theirs) and the next batch used it again."""
+    await create_durable_tables(engine)
+
+    async def outage(point: str) -> None:
+        if point == "adding":  # the XADD fails (WRONGTYPE), then the release finds no table
+            await client.set(streams.keys.stream("order.paid"), "not a stream")
+            async with engine.begin() as conn:
+                await conn.execute(sa.text("ALTER TABLE eventbus_outbox RENAME TO gone"))
+
+    streams = make_streams(_fault=outage)
+    relay = streams.relay
+    assert relay is not None
+    async with engine.begin() as conn:
+        await streams.publish_many([OrderPaid(order_id=1)], conn)
+    try:
+        with pytest.raises(sa.exc.OperationalError, match="gone|eventbus_outbox"):
+            await relay.publish_batch()
+        pool = engine.pool
+        assert isinstance(pool, sa.pool.QueuePool)
+        assert pool.checkedout() == 0  # closed: back to the pool (which drops it)
+    finally:
+        await relay.aclose()
 
 
 async def _gone(client: Redis, key: str) -> bool:
@@ -140,6 +170,41 @@ async def test_rows_a_stop_could_not_publish_within_the_grace_are_logged_with_th
     [line] = [r.getMessage() for r in caplog.records if "stopped after" in r.getMessage()]
     assert "shutdown_grace=0.3 s with 3 rows unpublished in the outbox" in line
     assert (await streams.rt.outbox.backlog(engine)).count == 3  # left for the next relay
+
+
+async def test_a_stop_lasts_shutdown_grace_not_the_consumers_grace_and_then_the_relays(
+    make_streams: Factory, engine: AsyncEngine
+) -> None:
+    """Regression test: calls in flight had ``shutdown_grace``, and the relay's drain had
+    another ``shutdown_grace`` after them: a stop with both stuck took twice the grace. Now
+    one deadline, and the relay at least ``RELAY_FLOOR`` (1 s) after calls that used it all."""
+    await create_durable_tables(engine)
+    grace = 3.0
+    relay_stuck, listening = anyio.Event(), anyio.Event()
+    hang_relay = False
+
+    async def hang(point: str) -> None:
+        if point == "claimed" and hang_relay:  # as a Redis that never answers the XADD
+            relay_stuck.set()
+            await anyio.sleep_forever()
+
+    async def stuck(e: OrderPaid) -> None:  # a call in flight that never ends on its own
+        listening.set()
+        await anyio.sleep_forever()
+
+    opts = replace(FAST, shutdown_grace=grace, call_timeout=None)
+    streams = make_streams(options=opts, _fault=hang)
+    streams.subscribe(OrderPaid, stuck, name="stuck")
+    with anyio.fail_after(30):
+        async with streams:
+            await _publish(streams, engine, 1)
+            await listening.wait()
+            hang_relay = True
+            await _publish(streams, engine, 1)
+            await relay_stuck.wait()
+            left = anyio.current_time()
+        took = anyio.current_time() - left
+    assert grace + 1.0 <= took < 2 * grace - 1.0  # was 2 * grace and more
 
 
 async def test_a_backlog_past_its_bound_is_reported_once_per_episode(

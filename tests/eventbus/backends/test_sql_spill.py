@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
@@ -72,9 +73,9 @@ def test_the_spill_file_sits_next_to_a_sqlite_file_else_in_the_users_state_direc
     )
     assert SqlFailureStore("rel.db", table="t").spill_path == tmp_path / "rel.db-t-spill.jsonl"
     assert SqlFailureStore(PG_URL).spill_path == state / "eventbus" / PG_SPILL
-    assert SqlFailureStore("sqlite+aiosqlite://").spill_path == (
-        state / "eventbus" / "eventbus-spill-sqlite-eventbus_failures.jsonl"
-    )
+    memory = SqlFailureStore("sqlite+aiosqlite://").spill_path
+    assert memory.parent == state / "eventbus"
+    assert memory.name.startswith(f"eventbus-spill-sqlite-memory-{os.getpid()}-")
     assert (
         SqlFailureStore(tmp_path / "a.db", spill_path="x.jsonl").spill_path == tmp_path / "x.jsonl"
     )
@@ -106,6 +107,26 @@ async def test_the_state_directory_is_made_private_and_the_first_warning_names_t
     [first, *_] = store_log(caplog, logging.WARNING)
     assert f"spilled to {store.spill_path}" in first
     await store.aclose()
+
+
+async def test_an_in_memory_store_never_reads_back_another_in_memory_stores_spill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression test: every in-memory SQLite store of one OS user shared one default spill
+    file, so one application wrote another's failure records into its own table."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("EVENTBUS_SPILL_DIR", raising=False)
+    first = SqlFailureStore("sqlite+aiosqlite://", buffer_size=1)
+    for n in range(3):  # not started: what does not fit the buffer is spilled at once
+        first.record(make_record(n))
+    assert len(first.spill_path.read_text().splitlines()) == 2
+    for url in ("sqlite+aiosqlite://", "sqlite+aiosqlite:///:memory:"):
+        other = SqlFailureStore(url)
+        assert other.spill_path != first.spill_path
+        await start_flush_close(other)  # the writer reads back the spill file it finds
+        assert other.statistics().reingested == 0
+    assert len(first.spill_path.read_text().splitlines()) == 2  # still first's own
+    await first.aclose()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -3,11 +3,7 @@ connection holds write-locked, a PostgreSQL server paused (``SIGSTOP``)."""
 
 from __future__ import annotations
 
-import os
-import signal
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
@@ -93,40 +89,18 @@ async def test_the_pages_answer_with_a_banner_while_postgresql_is_paused(
         [rec] = await store.query()
         await login(client)
         paths = ["/ops/", "/ops/failures", f"/ops/failures/{rec.id}", "/ops/bus"]
-        with paused(postgres_server):
+        postgres_server.pause()  # as behind a network that drops everything
+        try:
             for n in range(2, 5):
                 bus.emit(OrderPaid(order_id=n, user_id=2))
             pages = await _get_all(client, paths)
+        finally:
+            postgres_server.resume()
         assert [pages[p].status_code for p in paths] == [200, 503, 503, 200]
         for path, page in pages.items():
             assert BANNER in text(page), path
         await store.flush()
         assert len(await store.query()) == 4
-
-
-@contextmanager
-def paused(server: PostgresServer) -> Iterator[None]:
-    """Every process of *server* stopped (``SIGSTOP``) in the block, as behind a network
-    that drops everything; resumed on exit. The postmaster forks nothing meanwhile."""
-    master = int((server.data / "postmaster.pid").read_text().split()[0])
-    pids = [master] + [
-        int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(p) == master
-    ]
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        for pid in pids:
-            os.kill(pid, signal.SIGCONT)
-
-
-def _parent(proc: Path) -> int | None:
-    try:
-        stat = (proc / "stat").read_text()
-    except OSError:  # gone meanwhile, or not ours to read
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state
 
 
 async def _get_all(client: httpx.AsyncClient, paths: list[str]) -> dict[str, httpx.Response]:
