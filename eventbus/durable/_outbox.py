@@ -203,11 +203,11 @@ class Outbox:
 
     # -- the relay's side ------------------------------------------------------------------------
 
-    async def next_due(self, db: Database, *, now: datetime) -> datetime | None:
-        """When the soonest unpublished row due after *now* falls due (``None``: none is)."""
+    async def next_due(self, db: Database, *, after: datetime) -> datetime | None:
+        """When the soonest unpublished row due after *after* falls due (``None``: none is)."""
         c = self.table.c
         stmt = sa.select(sa.func.min(c.available_at)).where(
-            c.published_at.is_(None), c.available_at > now
+            c.published_at.is_(None), c.available_at > after
         )
         async with _transaction(db) as conn:
             due: datetime | None = (await conn.execute(stmt)).scalar()

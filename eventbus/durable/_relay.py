@@ -76,6 +76,8 @@ class Relay:
         #: when the soonest scheduled row falls due (``None``: none), read at ``_due_read``
         self._due: datetime | None = None
         self._due_read = -float("inf")
+        #: the time of the last claim: rows due after it were not claimable by it
+        self._claimed_at: datetime | None = None
 
     def __repr__(self) -> str:
         return f"Relay(consumer={self.rt.consumer!r}, outbox={self.rt.outbox.table.name!r})"
@@ -88,7 +90,7 @@ class Relay:
         """A local transaction that scheduled rows due at *due* has ended: sleep no longer."""
         if self._due is None or due < self._due:
             self._due = due
-        self._wakeup.set()
+            self._wakeup.set()  # to sleep less; a later one changes nothing
 
     async def run(self) -> None:
         """Publish until cancelled or stopped; errors are logged and retried with backoff."""
@@ -151,8 +153,9 @@ class Relay:
         stale = time.monotonic() >= self._due_read + opts.poll_interval
         if stale or (self._due is not None and self._due <= now):
             self._due_read = time.monotonic()
+            after = self._claimed_at or now  # rows that fell due since the claim: at once
             try:
-                self._due = await self.rt.outbox.next_due(await self._db(), now=now)
+                self._due = await self.rt.outbox.next_due(await self._db(), after=after)
             except SQLAlchemyError as exc:
                 await self.aclose()
                 self._due = None
@@ -188,7 +191,7 @@ class Relay:
         """
         rt, opts = self.rt, self.rt.options
         token = f"{rt.consumer}:{next(self._claims)}"
-        claimed_at = utcnow()
+        claimed_at = self._claimed_at = utcnow()
         try:
             db = await self._db()
             rows = await rt.outbox.claim(

@@ -189,3 +189,32 @@ async def _outbox_count(engine: AsyncEngine) -> int:
         return int(
             (await conn.execute(sa.select(sa.func.count()).select_from(outbox))).scalar_one()
         )
+
+
+async def test_a_row_falling_due_while_the_relay_publishes_waits_for_no_poll(
+    engine: AsyncEngine, make_streams: Factory
+) -> None:
+    """The relay claims the first event, then stalls while the second falls due: it looks for
+    rows due since its claim, not since now, and publishes the second without its poll."""
+    stalled: list[str] = []
+
+    async def stall_once(point: str) -> None:
+        if point == "claimed" and not stalled:
+            stalled.append(point)
+            await anyio.sleep(0.3)
+
+    streams = make_streams(options=SLOW_POLL, _fault=stall_once)
+    got: list[int] = []
+
+    async def remind(e: OrderPaid) -> None:
+        got.append(e.order_id)
+
+    streams.subscribe(OrderPaid, remind, name="remind")
+    async with streams:
+        first = datetime.now(UTC) + timedelta(seconds=0.3)
+        async with engine.begin() as conn:
+            for n in range(2):
+                due = first + timedelta(milliseconds=100 * n)
+                await streams.publish(OrderPaid(order_id=n), conn, deliver_at=due)
+        await wait_until(lambda: sorted(got) == [0, 1], within=10, what="both, before a poll")
+    assert stalled == ["claimed"]
