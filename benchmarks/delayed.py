@@ -7,8 +7,9 @@ each due row rather than wait for its poll (``poll_interval=1.0``, as in product
 
 Baseline, measured in the same run: the same events published for now at the same rate,
 their latency from commit to listener call. "lateness" of a scheduled event is its listener
-call minus its ``deliver_at`` (never negative: a negative one is counted as early and fails
-the run). Each case runs ROUNDS times on SQLite (a file) and PostgreSQL 15 (a throwaway
+call minus its ``deliver_at``, or minus its commit where a loaded machine made the publisher
+commit it after it was due (the run prints by how much publishing ended before the first due
+time); an event called before its ``deliver_at`` fails the run. Each case runs ROUNDS times on SQLite (a file) and PostgreSQL 15 (a throwaway
 server); the tables show the median, min and max over rounds of each round's p99 (and p50).
 Target (issue 26): p99 lateness <= 100 ms at 1,000 scheduled events/s due in one second.
 
@@ -71,7 +72,8 @@ async def run_case(redis_url: str, db_url: str, *, scheduled: bool) -> dict[str,
             done.set()
 
     streams.subscribe(OrderPaid, listener, name="bench.delayed")
-    start_at: dict[int, float] = {}  # due time (scheduled) or commit time (now), Unix seconds
+    due_at: dict[int, float] = {}  # Unix seconds
+    start_at: dict[int, float] = {}  # the later of due time and commit time
     try:
         async with streams:
             first_due = datetime.now(UTC) + timedelta(seconds=LEAD)
@@ -82,12 +84,12 @@ async def run_case(redis_url: str, db_url: str, *, scheduled: bool) -> dict[str,
                         if scheduled:
                             due = first_due + timedelta(seconds=i / RATE)
                             await streams.publish(OrderPaid(order_id=i), conn, deliver_at=due)
-                            start_at[i] = due.timestamp()
+                            due_at[i] = due.timestamp()
                         else:
                             await streams.publish(OrderPaid(order_id=i), conn)
-                if not scheduled:
-                    committed = time.time()
-                    start_at.update((i, committed) for i in range(first, first + PER_TX))
+                committed = time.time()
+                for i in range(first, first + PER_TX):  # a publisher late under load: from then
+                    start_at[i] = max(committed, due_at.get(i, committed))
                 await anyio.sleep(max(0.0, start + (first + PER_TX) / RATE - time.monotonic()))
             published = time.time()
             with anyio.fail_after(60):
@@ -95,15 +97,16 @@ async def run_case(redis_url: str, db_url: str, *, scheduled: bool) -> dict[str,
     finally:
         await client.aclose()
         await engine.dispose()
+    early = [i for i in due_at if called[i] < due_at[i]]
+    if early:
+        raise AssertionError(f"{len(early)} events arrived before they were due")
     delays = sorted((called[i] - start_at[i]) * 1000 for i in range(RATE))
-    if scheduled and delays[0] < 0:
-        raise AssertionError(f"an event arrived {-delays[0]:.1f} ms before it was due")
     if repeated:
         raise AssertionError(f"{repeated} events were delivered twice without a failure")
     q = statistics.quantiles(delays, n=100)
     # scheduled: how long before the first due time publishing ended (< 0: the load made
     # the publisher late, and lateness includes its delay)
-    margin = (start_at[0] - published) * 1000 if scheduled else 0.0
+    margin = (due_at[0] - published) * 1000 if scheduled else 0.0
     return {"p50": q[49], "p99": q[98], "max": delays[-1], "margin": margin}
 
 
