@@ -10,7 +10,8 @@ their latency from commit to listener call. "lateness" of a scheduled event is i
 call minus its ``deliver_at``, or minus its commit where a loaded machine made the publisher
 commit it after it was due (the run prints by how much publishing ended before the first due
 time); an event called before its ``deliver_at`` fails the run. Each case runs ROUNDS times
-on SQLite (a file) and PostgreSQL 15 (a throwaway server); the tables show the median, min and max over rounds of each round's p99 (and p50).
+on SQLite (a file) and PostgreSQL 15 (a throwaway server); the tables show the median, min
+and max over rounds of each round's p99 (and p50).
 Target (issue 26): p99 lateness <= 100 ms at 1,000 scheduled events/s due in one second.
 
 Run: ``.venv/bin/python benchmarks/delayed.py [--quick] [--json PATH]``
