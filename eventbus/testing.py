@@ -7,6 +7,9 @@ In the spirit of blinker's ``connected_to()``: small, public, and tested as API.
   (:func:`call_order`); either can be told to fail.
 * :func:`capture_failures` collects the :class:`~eventbus.FailureRecord` objects a bus records
   while the block is active, with assertion helpers.
+* :class:`MemoryStreams` (with :class:`VirtualClock`) runs durable listeners with no Redis:
+  the real outbox and inbox on the test's own engine, the streams in memory (imported on
+  first use: it needs SQLAlchemy).
 * :func:`fresh_registry` and :func:`running_bus` isolate a test from the default registry and
   run a bus that fails loudly on failures nobody expected (the pytest fixture ``event_bus``,
   from the plugin this package registers, does the same per test).
@@ -20,7 +23,7 @@ import re
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
@@ -29,17 +32,38 @@ from ._core._listeners import default_listener_name
 from ._events import Event, EventRegistry
 from ._failures import FailureRecord
 
+if TYPE_CHECKING:
+    from .durable._memory import MemoryStreams as MemoryStreams
+    from .durable._memory import VirtualClock as VirtualClock
+
 __all__ = [
     "AsyncRecordingListener",
     "FailureCapture",
+    "MemoryStreams",
     "RecordedCall",
     "RecordingListener",
     "UnexpectedFailuresError",
+    "VirtualClock",
     "call_order",
     "capture_failures",
     "fresh_registry",
     "running_bus",
 ]
+
+_DURABLE = {"MemoryStreams", "VirtualClock"}
+
+
+def __getattr__(name: str) -> Any:
+    """The durable helpers, imported on first use (they load SQLAlchemy)."""
+    if name not in _DURABLE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from ._public import show_as_module
+    from .durable import _memory
+
+    show_as_module(__name__, _memory.MemoryStreams, _memory.VirtualClock, within="eventbus")
+    globals().update(MemoryStreams=_memory.MemoryStreams, VirtualClock=_memory.VirtualClock)
+    return getattr(_memory, name)
+
 
 # One sequence for the whole process, so calls of different listeners can be ordered.
 _sequence = itertools.count(1)
