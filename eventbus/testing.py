@@ -9,7 +9,8 @@ In the spirit of blinker's ``connected_to()``: small, public, and tested as API.
   while the block is active, with assertion helpers.
 * :class:`MemoryStreams` (with :class:`VirtualClock`) runs durable listeners with no Redis:
   the real outbox and inbox on the test's own engine, the streams in memory (imported on
-  first use: it needs SQLAlchemy).
+  first use: it needs SQLAlchemy); :func:`check_idempotency` tells whether a durable
+  listener's effects change when an event is delivered again.
 * :func:`fresh_registry` and :func:`running_bus` isolate a test from the default registry and
   run a bus that fails loudly on failures nobody expected (the pytest fixture ``event_bus``,
   from the plugin this package registers, does the same per test).
@@ -33,12 +34,17 @@ from ._events import Event, EventRegistry
 from ._failures import FailureRecord
 
 if TYPE_CHECKING:
+    from .durable._idempotency import DeliveryOutcome as DeliveryOutcome
+    from .durable._idempotency import IdempotencyReport as IdempotencyReport
+    from .durable._idempotency import check_idempotency as check_idempotency
     from .durable._memory import MemoryStreams as MemoryStreams
     from .durable._memory import VirtualClock as VirtualClock
 
 __all__ = [
     "AsyncRecordingListener",
+    "DeliveryOutcome",
     "FailureCapture",
+    "IdempotencyReport",
     "MemoryStreams",
     "RecordedCall",
     "RecordingListener",
@@ -46,23 +52,34 @@ __all__ = [
     "VirtualClock",
     "call_order",
     "capture_failures",
+    "check_idempotency",
     "fresh_registry",
     "running_bus",
 ]
 
-_DURABLE = {"MemoryStreams", "VirtualClock"}
+_DURABLE = {
+    "DeliveryOutcome": "_idempotency",
+    "IdempotencyReport": "_idempotency",
+    "MemoryStreams": "_memory",
+    "VirtualClock": "_memory",
+    "check_idempotency": "_idempotency",
+}
 
 
 def __getattr__(name: str) -> Any:
     """The durable helpers, imported on first use (they load SQLAlchemy)."""
     if name not in _DURABLE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from ._public import show_as_module
-    from .durable import _memory
+    import importlib
 
-    show_as_module(__name__, _memory.MemoryStreams, _memory.VirtualClock, within="eventbus")
-    globals().update(MemoryStreams=_memory.MemoryStreams, VirtualClock=_memory.VirtualClock)
-    return getattr(_memory, name)
+    from ._public import show_as_module
+
+    found = {
+        n: getattr(importlib.import_module(f"eventbus.durable.{m}"), n) for n, m in _DURABLE.items()
+    }
+    show_as_module(__name__, *found.values(), within="eventbus")
+    globals().update(found)
+    return found[name]
 
 
 # One sequence for the whole process, so calls of different listeners can be ordered.
