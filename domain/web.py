@@ -99,6 +99,13 @@ class WebConfig:
     :param console_read_only: the console shows everything and allows no action
     :param on_start: awaited with the running :class:`App` before the first request (the demo
         seeds its data this way)
+    :param allow_intranet_links: short links may lead to loopback, link-local and private
+        addresses (for an intranet's own shortener); refused by default
+    :param trusted_proxies: the reverse proxies (addresses or networks, comma-separated, as
+        uvicorn's ``--forwarded-allow-ips``) whose ``X-Forwarded-For`` and
+        ``X-Forwarded-Proto`` ``python -m domain.web`` believes; ``None``: nobody's, not even
+        a peer on loopback (the client address counts views and login attempts, and is
+        written in the console's action log)
     """
 
     db: str | Path = "eventbus-web.db"
@@ -111,6 +118,8 @@ class WebConfig:
     console_token: str | None = dataclasses.field(default=None, repr=False)
     console_read_only: bool = False
     on_start: Callable[[App], Awaitable[None]] | None = None
+    trusted_proxies: str | None = None
+    allow_intranet_links: bool = False
 
     def __post_init__(self) -> None:
         if self.console_token is not None and self.console_token.strip() == "":
@@ -130,7 +139,8 @@ class WebConfig:
     def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides: Any) -> WebConfig:
         """``EVENTBUS_WEB_DB``, ``EVENTBUS_REDIS_URL``, ``EVENTBUS_ADMIN_TOKEN``,
         ``EVENTBUS_PUBLIC_URL``, ``EVENTBUS_CONSOLE_TOKEN``, ``EVENTBUS_CONSOLE_READ_ONLY``
-        (``1``: read-only); keyword arguments win over the environment."""
+        (``1``: read-only), ``EVENTBUS_TRUSTED_PROXIES``, ``EVENTBUS_ALLOW_INTRANET_LINKS``
+        (``1``: allowed); keyword arguments win over the environment."""
         values: dict[str, Any] = {
             "db": environ.get("EVENTBUS_WEB_DB", "eventbus-web.db"),
             "redis_url": environ.get("EVENTBUS_REDIS_URL") or None,
@@ -138,6 +148,8 @@ class WebConfig:
             "public_url": environ.get("EVENTBUS_PUBLIC_URL") or None,
             "console_token": environ.get("EVENTBUS_CONSOLE_TOKEN") or None,
             "console_read_only": environ.get("EVENTBUS_CONSOLE_READ_ONLY", "") == "1",
+            "trusted_proxies": environ.get("EVENTBUS_TRUSTED_PROXIES") or None,
+            "allow_intranet_links": environ.get("EVENTBUS_ALLOW_INTRANET_LINKS", "") == "1",
         }
         values.update(overrides)
         return cls(**values)
@@ -156,7 +168,8 @@ def create_app(config: WebConfig | None = None) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(web: Starlette) -> AsyncIterator[None]:
-        async with App.embedded(cfg.db, redis_url=cfg.redis_url, **cfg.app_options) as app:
+        options = {"allow_intranet_links": cfg.allow_intranet_links, **cfg.app_options}
+        async with App.embedded(cfg.db, redis_url=cfg.redis_url, **options) as app:
             if cfg.refill_on_start and await app.links.idle_codes() == 0:
                 await app.scheduler.trigger("refill_pool")
             web.state.domain = app
@@ -422,8 +435,25 @@ def _serve(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
         logger.warning("EVENTBUS_CONSOLE_TOKEN is not set: the /ops console is disabled")
     else:
         logger.info("the operator console is at http://%s:%d/ops", args.host, args.port)
-    uvicorn.run(web, host=args.host, port=args.port, log_level="info")
+    uvicorn.run(web, **_server_options(config, host=args.host, port=args.port))
     return 0
+
+
+def _server_options(config: WebConfig, *, host: str, port: int) -> dict[str, Any]:
+    """The options of ``uvicorn.run``: forwarded headers believed only from the configured
+    proxies.
+
+    uvicorn's defaults (``proxy_headers=True``, ``forwarded_allow_ips="127.0.0.1"``) rewrite
+    the client address from the ``X-Forwarded-For`` of any peer on loopback: any local
+    process, or a client of a same-host proxy that passes the header on, would choose the
+    address that the login throttle counts and the action log records.
+    """
+    trusted = config.trusted_proxies
+    options: dict[str, Any] = {"host": host, "port": port, "log_level": "info"}
+    options["proxy_headers"] = trusted is not None
+    if trusted is not None:
+        options["forwarded_allow_ips"] = trusted
+    return options
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ from ._envelope import DeadInfo as DeadInfo
 from ._envelope import Envelope as Envelope
 from ._envelope import EnvelopeError as EnvelopeError
 from ._events import DURABLE_EVENTS as DURABLE_EVENTS
+from ._events import BacklogHigh as BacklogHigh
+from ._events import BacklogNormal as BacklogNormal
 from ._events import DeadLettered as DeadLettered
 from ._events import DurableStarted as DurableStarted
 from ._events import DurableStopped as DurableStopped
@@ -45,6 +47,8 @@ from ._tables import metadata as metadata
 from ._tables import outbox_table as outbox_table
 
 __all__ = [
+    "BacklogHigh",
+    "BacklogNormal",
     "DURABLE_EVENTS",
     "DeadInfo",
     "DeadLetter",
