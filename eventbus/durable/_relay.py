@@ -195,8 +195,9 @@ class Relay:
             self._due_read = time.monotonic()
             after = self._claimed_at or now  # rows that fell due since the claim: at once
             try:
-                self._due = await self.rt.outbox.next_due(await self._db(), after=after)
-            except SQLAlchemyError as exc:
+                with db_deadline(opts.db_timeout):
+                    self._due = await self.rt.outbox.next_due(await self._db(), after=after)
+            except DB_ERRORS as exc:
                 await self.aclose()
                 self._due = None
                 self.rt.log(
