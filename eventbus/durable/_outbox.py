@@ -15,7 +15,7 @@ import dataclasses
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -76,7 +76,7 @@ class ScheduledRow:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Backlog:
-    """Unpublished rows: how many, and when the oldest was written (``None``: none)."""
+    """Unpublished rows that are due: how many, and when the oldest fell due (``None``: none)."""
 
     count: int
     oldest_at: datetime | None
@@ -417,9 +417,14 @@ class Outbox:
             row = (await conn.execute(stmt)).first()
         return None if row is None else ClaimedRow(*row).envelope()
 
-    async def backlog(self, engine: AsyncEngine) -> Backlog:
+    async def backlog(self, engine: AsyncEngine, *, now: datetime | None = None) -> Backlog:
+        """Rows due and not published yet; a scheduled row counts from its due time, not
+        before (a reminder due tomorrow is not a backlog, nor a day old when it falls due)."""
         c = self.table.c
-        stmt = sa.select(sa.func.count(), sa.func.min(c.created_at)).where(c.published_at.is_(None))
+        now = now if now is not None else datetime.now(UTC)
+        stmt = sa.select(sa.func.count(), sa.func.min(c.available_at)).where(
+            c.published_at.is_(None), c.available_at <= now
+        )
         async with engine.connect() as conn:
             count, oldest = (await conn.execute(stmt)).one()
         return Backlog(int(count), oldest)

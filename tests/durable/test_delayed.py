@@ -18,6 +18,7 @@ from eventbus import EventBus, MemoryFailureStore
 from eventbus._cli._main import main
 from eventbus.backends.sql import make_engine
 from eventbus.durable import NoTransactionError, create_durable_tables
+from eventbus.durable._outbox import Backlog
 from eventbus.durable._tables import outbox
 from tests.durable.conftest import FAST, Factory, wait_until
 from tests.durable.events import REG, OrderPaid, test_metadata
@@ -218,3 +219,19 @@ async def test_a_row_falling_due_while_the_relay_publishes_waits_for_no_poll(
                 await streams.publish(OrderPaid(order_id=n), conn, deliver_at=due)
         await wait_until(lambda: sorted(got) == [0, 1], within=10, what="both, before a poll")
     assert stalled == ["claimed"]
+
+
+async def test_scheduled_rows_are_no_backlog_until_due(
+    engine: AsyncEngine, make_streams: Factory
+) -> None:
+    """The relay's backlog (its statistics, the backlog-high alarm) counts due rows only, and
+    a row that fell due counts its age from its due time."""
+    streams = make_streams()
+    await create_durable_tables(engine)
+    async with engine.begin() as conn:
+        await streams.publish(OrderPaid(order_id=1), conn, delay=timedelta(hours=1))
+    now = datetime.now(UTC)
+    assert await streams.rt.outbox.backlog(engine, now=now) == Backlog(0, None)
+    later = now + timedelta(hours=1, seconds=10)
+    backlog = await streams.rt.outbox.backlog(engine, now=later)
+    assert backlog.count == 1 and 9 <= (backlog.oldest_age(later) or 0) <= 11
