@@ -11,11 +11,15 @@ Cases, each on SQLite (a file, WAL) and on PostgreSQL 15 (a throwaway server):
 
 * **max**: publish N events as fast as the publisher can (transactions of 100 events), and
   divide N by the time from the first commit to the last listener finished: the sustained
-  rate of the whole pipeline. Also with a listener taking ``tx`` (one inbox row and one
-  commit per event: exactly-once effects).
-* **1,000/s** and **5,000/s** offered: every 10 ms the publisher commits the events due
-  (transactions of at most ``RATE/1000`` events, so about 1,000 commits per second); the
-  latency of each event is from its commit to its listener's end (p50, p99, max).
+  rate of the whole pipeline. Also with a listener taking ``tx`` that inserts one row
+  (exactly-once effects: the row and its inbox row commit together), twice: deliveries
+  sharing a transaction per batch (each call in a savepoint, the default), and one
+  transaction per event (``tx_batch=1``, as before batching). A ``tx`` listener's event
+  counts as finished when its transaction commits.
+* **1,000/s** and **5,000/s** offered (``tx`` listeners: 1,000/s): every 10 ms the publisher
+  commits the events due (transactions of at most ``RATE/1000`` events, so about 1,000
+  commits per second); the latency of each event is from its commit to its listener's end
+  (p50, p99, max).
 
 "cost/event" is wall time per event of the max case, as a ratio to the naive baseline; the
 "(cpu)" column the same with the CPU time of both processes from the first commit to the last
@@ -24,7 +28,8 @@ shutdown, which differ between the cases, are left out). Every case asserts that
 reached the listener (counts). Targets (issue 14, 2 cores): >= 5,000 events/s on PostgreSQL,
 p99 <= 50 ms at 1,000/s, cost <= 3x the baseline. The load average is printed with the tables.
 
-Run: ``.venv/bin/python benchmarks/durable.py [--quick] [--json PATH]``
+Run: ``.venv/bin/python benchmarks/durable.py [--quick] [--only TEXT] [--json PATH]``
+(``--only``: the cases whose label contains TEXT, and the baseline)
 """
 
 from __future__ import annotations
@@ -125,11 +130,12 @@ async def durable_consumer(
     finish_one: Callable[[int], None],
     done: anyio.Event,
 ) -> None:
+    import sqlalchemy as sa
     from sqlalchemy.ext.asyncio import AsyncConnection
 
     from eventbus.backends.sql import make_engine
     from eventbus.durable import DurableOptions, RedisStreams
-    from tests.durable.events import REG, OrderPaid
+    from tests.durable.events import REG, OrderPaid, effects
 
     engine = make_engine(args.db)
     streams = RedisStreams(
@@ -137,13 +143,22 @@ async def durable_consumer(
         engine,
         service="bench",
         registry=REG,
-        options=DurableOptions(poll_interval=1.0),
+        options=DurableOptions(poll_interval=1.0, tx_batch=1 if args.mode == "tx1" else 50),
     )
-    if args.mode == "tx":
+    if args.mode in ("tx", "tx1"):
+
+        def committed(conn: Any) -> None:  # an event has its effect once its commit is done
+            for order_id in conn.info.pop("bench", ()):
+                finish_one(order_id)
+
+        sa.event.listen(engine.sync_engine, "commit", committed)
 
         async def with_tx(e: OrderPaid, tx: AsyncConnection) -> None:
             await listener(e.order_id)
-            finish_one(e.order_id)
+            await tx.execute(
+                effects.insert().values(listener="bench", event_id="", order_id=e.order_id)
+            )
+            tx.sync_connection.info.setdefault("bench", []).append(e.order_id)  # type: ignore[union-attr]
 
         streams.subscribe(OrderPaid, with_tx, name="bench.tx")
     else:
@@ -184,13 +199,15 @@ class Pipeline:
             from eventbus.backends.sql import make_engine
             from eventbus.durable import DurableOptions, RedisStreams, create_durable_tables
             from eventbus.durable._tables import inbox, outbox
-            from tests.durable.events import REG
+            from tests.durable.events import REG, effects, test_metadata
 
             self.engine = make_engine(self.db_url, pool_size=20)
             await create_durable_tables(self.engine)
             async with self.engine.begin() as conn:
+                await conn.run_sync(test_metadata.create_all)
                 await conn.execute(outbox.delete())
                 await conn.execute(inbox.delete())
+                await conn.execute(effects.delete())
             self.streams = RedisStreams(
                 self.client,
                 self.engine,
@@ -313,7 +330,7 @@ def load() -> str:
     return ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-async def main(options: Options) -> list[Table]:
+async def main(options: Options, options_only: str = "") -> list[Table]:
     from tests.postgres_server import PostgresNotInstalled, PostgresServer
     from tests.redis_server import RedisServer
 
@@ -332,20 +349,25 @@ async def main(options: Options) -> list[Table]:
     for db_name, db_url in databases.items():
         if db_url is not None:
             cases.append((f"durable {db_name}", "plain", db_url))
-            cases.append((f"durable {db_name}, listener takes tx", "tx", db_url))
+            cases.append((f"durable {db_name}, tx listener (one row), batched", "tx", db_url))
+            cases.append((f"durable {db_name}, tx listener (one row), tx_batch=1", "tx1", db_url))
+    if options_only:
+        cases = [c for c in cases if c[1] == "naive" or options_only in c[0]]
     maxima: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in cases}
     rates: dict[str, dict[str, Any]] = {}
     try:
         with RedisServer() as redis:
             for rnd in range(QUICK_ROUNDS if options.quick else ROUNDS):
                 for label, mode, db_url in cases:
-                    r = await run_max(mode, redis.url, db_url, n // TX_SHARE if mode == "tx" else n)
+                    r = await run_max(
+                        mode, redis.url, db_url, n // TX_SHARE if mode == "tx1" else n
+                    )
                     maxima[label].append(r)
                     print(f"# round {rnd + 1}, {label}: {r['rate']:,.0f} events/s (load {load()})")
             for label, mode, db_url in cases:
-                if mode == "tx":
+                if mode == "tx1":
                     continue
-                for rate in RATES:
+                for rate in RATES[:1] if mode == "tx" else RATES:
                     r = await run_rate(mode, redis.url, db_url, rate, seconds)
                     rates[f"{label} @ {rate:,}/s"] = r
                     print(
@@ -393,7 +415,8 @@ def parse() -> tuple[Options, argparse.Namespace]:
     )
     parser.add_argument("--quick", action="store_true", help="fewer events, shorter rates")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write results")
-    parser.add_argument("--worker", choices=["naive", "plain", "tx"], help=argparse.SUPPRESS)
+    parser.add_argument("--only", default="", metavar="TEXT", help="cases whose label has TEXT")
+    parser.add_argument("--worker", choices=["naive", "plain", "tx", "tx1"], help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--redis", help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
@@ -409,5 +432,5 @@ if __name__ == "__main__":
     else:
         env = environment()
         print_environment(env)
-        tables = anyio.run(main, opts, backend="asyncio")
+        tables = anyio.run(main, opts, ns.only, backend="asyncio")
         finish("durable", tables, opts, env)

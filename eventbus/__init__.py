@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._asyncapi import asyncapi_document as asyncapi_document
 from ._codec import decode_payload as decode_payload
 from ._codec import encode_payload as encode_payload
 from ._core._bus import BusStatistics as BusStatistics
@@ -56,11 +57,16 @@ from ._exceptions import MaxListenersExceededWarning as MaxListenersExceededWarn
 from ._exceptions import PayloadError as PayloadError
 from ._exceptions import RecursionLimitError as RecursionLimitError
 from ._exceptions import UnknownEventError as UnknownEventError
+from ._exceptions import UnreadableVersionError as UnreadableVersionError
+from ._exceptions import UpcasterError as UpcasterError
 from ._exceptions import WrongThreadError as WrongThreadError
 from ._failures import FailureRecord as FailureRecord
 from ._failures import FailureStatus as FailureStatus
 from ._patterns import matches as matches
 from ._public import show_as_module
+from ._stored import StoredEvent as StoredEvent
+from ._stored import decode_stored as decode_stored
+from ._stored import upcaster as upcaster
 from .backends.memory import MemoryFailureStore as MemoryFailureStore
 
 __all__ = [
@@ -94,14 +100,20 @@ __all__ = [
     "RecursionLimitError",
     "RetryItem",
     "RetryReport",
+    "StoredEvent",
     "Subscription",
     "UnknownEventError",
+    "UnreadableVersionError",
+    "UpcasterError",
     "WrongThreadError",
+    "asyncapi_document",
     "current_emission",
     "decode_payload",
+    "decode_stored",
     "default_registry",
     "encode_payload",
     "matches",
+    "upcaster",
 ]
 
 if TYPE_CHECKING:

@@ -43,7 +43,7 @@ from typing import Any
 from ._events import Event, EventRegistry
 from ._exceptions import PayloadError
 
-__all__ = ["decode_payload", "encode_payload"]
+__all__ = ["decode_object", "decode_payload", "encode_payload", "encode_value"]
 
 
 class _CodecError(Exception):
@@ -91,6 +91,17 @@ def decode_payload(registry: EventRegistry, name: str, text: str) -> Event:
         return cls(**kwargs)
     except _CodecError as exc:
         raise PayloadError(name, str(exc)) from None
+
+
+def encode_value(value: Any, hint: Any) -> Any:
+    """One value of annotation *hint* as JSON data (a field's default, for the schema).
+
+    :raises ValueError: if the value does not fit its annotation
+    """
+    try:
+        return _encode(value, hint, "value")
+    except _CodecError as exc:
+        raise ValueError(str(exc)) from None
 
 
 # -- encoding ------------------------------------------------------------------------------------
@@ -229,16 +240,34 @@ _ENCODERS: dict[type, Callable[[Any], Any]] = {
 _FIELD_MAPS: dict[type, dict[str, dataclasses.Field[Any]]] = {}
 
 
-def _decode_fields(cls: type[Any], data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+def decode_object(
+    cls: type[Event], data: Mapping[str, Any], ignored: list[str] | None = None
+) -> Event:
+    """Build *cls* from a decoded JSON object; with *ignored* a list, fields *cls* does not
+    declare are appended to it instead of refused (the tolerant reader of stored payloads).
+
+    :raises PayloadError: naming the field that is missing, unknown or cannot be rebuilt
+    """
+    try:
+        return cls(**_decode_fields(cls, data, "", ignored))
+    except _CodecError as exc:
+        raise PayloadError(cls.__event_name__, str(exc)) from None
+
+
+def _decode_fields(
+    cls: type[Any], data: Mapping[str, Any], prefix: str, ignored: list[str] | None = None
+) -> dict[str, Any]:
     hints = _hints(cls)
     fields = _FIELD_MAPS.get(cls)
     if fields is None:
         fields = _FIELD_MAPS[cls] = {f.name: f for f in dataclasses.fields(cls)}
     if not data.keys() <= fields.keys():
         unknown = sorted(set(data) - set(fields))
-        raise _CodecError(
-            prefix + unknown[0], f"is stored but {cls.__qualname__} has no such field"
-        )
+        if ignored is None:
+            raise _CodecError(
+                prefix + unknown[0], f"is stored but {cls.__qualname__} has no such field"
+            )
+        ignored += unknown
     kwargs: dict[str, Any] = {}
     for name, f in fields.items():
         if name not in data:

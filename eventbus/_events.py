@@ -20,13 +20,25 @@ import sys
 import types
 import typing
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, ClassVar, dataclass_transform
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, ClassVar, Literal, dataclass_transform
 
-from ._exceptions import DuplicateEventError, PayloadError, UnknownEventError
+from ._exceptions import DuplicateEventError, PayloadError, UnknownEventError, UpcasterError
 from ._patterns import validate_name
 
-__all__ = ["Event", "EventRegistry", "coerce_event", "default_registry"]
+__all__ = [
+    "Event",
+    "EventRegistry",
+    "UnknownFields",
+    "Upcaster",
+    "coerce_event",
+    "default_registry",
+]
+
+#: what decoding a *stored* payload does with a field the type does not declare
+UnknownFields = Literal["ignore", "reject"]
+#: turns a stored payload (a dict of JSON values) of one version into one of the next
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 class EventRegistry:
@@ -39,6 +51,7 @@ class EventRegistry:
     def __init__(self) -> None:
         self._by_name: dict[str, type[Event]] = {}
         self._hints: dict[type[Event], dict[str, Any]] = {}
+        self._upcasters: dict[str, dict[int, Upcaster]] = {}
 
     def __repr__(self) -> str:
         return f"EventRegistry(<{len(self._by_name)} events>)"
@@ -89,6 +102,38 @@ class EventRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._by_name)
+
+    def add_upcaster(self, name: str, from_version: int, fn: Upcaster) -> None:
+        """Declare *fn* as what turns a stored version-*from_version* payload of event *name*
+        into one of the next version (see :func:`eventbus.upcaster`).
+
+        :raises UpcasterError: for an event not declared here, a version the event does not
+            have (below 1, or not below its current version), or a second upcaster for one
+            version
+        """
+        cls = self._by_name.get(name)
+        if cls is None:
+            raise UpcasterError(
+                name, from_version, "no event of that name is declared (declare the class first)"
+            )
+        current = cls.__event_version__
+        if not isinstance(from_version, int) or isinstance(from_version, bool):
+            raise UpcasterError(name, from_version, "from_version must be an int")
+        if from_version < 1 or from_version >= current:
+            raise UpcasterError(
+                name,
+                from_version,
+                f"the event is at version {current}, so an upcaster can start from "
+                + (f"versions 1 to {current - 1}" if current > 1 else "no version"),
+            )
+        chain = self._upcasters.setdefault(name, {})
+        if from_version in chain:
+            raise UpcasterError(name, from_version, "an upcaster for this version is declared")
+        chain[from_version] = fn
+
+    def upcasters(self, name: str) -> dict[int, Upcaster]:
+        """The upcasters of event *name*, by the version each starts from."""
+        return dict(self._upcasters.get(name, {}))
 
     def build(self, name: str, payload: Mapping[str, Any]) -> Event:
         """Build the event declared as *name* from a mapping, checking fields and simple types.
@@ -216,6 +261,18 @@ def _describe(hint: Any) -> str:
     return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
 
 
+def _check_version(cls_name: str, version: object, unknown_fields: object) -> None:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise TypeError(
+            f"{cls_name} is declared with version={version!r}; a version is an int >= 1"
+        )
+    if unknown_fields not in (None, "ignore", "reject"):
+        raise TypeError(
+            f"{cls_name} is declared with unknown_fields={unknown_fields!r}; "
+            "it is 'ignore' or 'reject'"
+        )
+
+
 @dataclass_transform(kw_only_default=True, frozen_default=True)
 class _EventMeta(type):
     def __new__(
@@ -227,6 +284,8 @@ class _EventMeta(type):
         name: str | None = None,
         registry: EventRegistry | None = None,
         durable: bool = False,
+        version: int = 1,
+        unknown_fields: UnknownFields | None = None,
         **kwargs: Any,
     ) -> _EventMeta:
         if "__dataclass_fields__" in namespace and "__slots__" in namespace:
@@ -239,11 +298,14 @@ class _EventMeta(type):
                 f"{cls_name} is declared durable=True without a name=; a durable event is "
                 "published under its name, so give it one"
             )
+        _check_version(cls_name, version, unknown_fields)
         cls = super().__new__(mcls, cls_name, bases, namespace, **kwargs)
         if not bases:  # Event itself
             return cls
         dc: Any = dataclasses.dataclass(frozen=True, slots=True, kw_only=True)(cls)
         dc.__durable__ = bool(durable)
+        dc.__event_version__ = version
+        dc.__unknown_fields__ = unknown_fields or ("ignore" if durable else "reject")
         if name is not None:
             reg = registry if registry is not None else default_registry
             dc.__event_name__ = name
@@ -258,6 +320,8 @@ class _EventMeta(type):
         kwargs.pop("name", None)
         kwargs.pop("registry", None)
         kwargs.pop("durable", None)
+        kwargs.pop("version", None)
+        kwargs.pop("unknown_fields", None)
         super().__init__(*args, **kwargs)
 
 
@@ -270,12 +334,20 @@ class Event(metaclass=_EventMeta):
     * ``registry``: where to declare it (default: the module-level ``default_registry``)
     * ``durable``: it may be published across processes (``await bus.publish(e, conn)``,
       see :mod:`eventbus.durable`); it can still be emitted in-process as any event
+    * ``version``: the version of its fields (default 1); stored payloads of older versions
+      are brought up to it by upcasters (:func:`eventbus.upcaster`)
+    * ``unknown_fields``: what decoding a *stored* payload (a durable delivery, a failure
+      row, a replayed outbox row) does with a field this class does not declare:
+      ``"ignore"`` (the default for durable events: a newer publisher's addition) or
+      ``"reject"`` (the default for the others); ``emit`` always rejects one
     """
 
     __slots__ = ()
     __event_name__: ClassVar[str] = ""
     __registry__: ClassVar[EventRegistry] = default_registry
     __durable__: ClassVar[bool] = False
+    __event_version__: ClassVar[int] = 1
+    __unknown_fields__: ClassVar[UnknownFields] = "reject"
 
     def __init_subclass__(
         cls,
@@ -283,6 +355,8 @@ class Event(metaclass=_EventMeta):
         name: str | None = None,
         registry: EventRegistry | None = None,
         durable: bool = False,
+        version: int = 1,
+        unknown_fields: UnknownFields | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init_subclass__(**kwargs)

@@ -8,6 +8,8 @@ The tree::
      ├── InvalidEventNameError       (ValueError)    a name outside ``[a-z0-9_-]`` dot segments
      ├── InvalidPatternError         (ValueError)    a subscription pattern that cannot match
      ├── PayloadError                (TypeError)     a payload that does not fit its declared type
+     │    └── UnreadableVersionError                 a stored newer version its type cannot read
+     ├── UpcasterError               (ValueError)    an upcaster for no such event or version
      ├── DuplicateListenerError      (ValueError)    two listeners would share one name
      ├── ListenerLookupError         (LookupError)   ``off()`` or a retry names no listener
      ├── BusNotRunningError          (RuntimeError)  async listeners, bus not entered
@@ -68,6 +70,8 @@ __all__ = [
     "PayloadError",
     "RecursionLimitError",
     "UnknownEventError",
+    "UnreadableVersionError",
+    "UpcasterError",
     "WrongThreadError",
 ]
 
@@ -122,6 +126,29 @@ class PayloadError(EventBusError, TypeError):
         self.event = event
         self.problem = problem
         super().__init__(f"payload of {event!r}: {problem}")
+
+
+class UnreadableVersionError(PayloadError):
+    """A stored payload of a newer version than this process declares, of a type that rejects
+    unknown fields: only a process with the newer class can read it."""
+
+    def __init__(self, event: str, version: int, known: int) -> None:
+        self.version = version
+        self.known = known
+        super().__init__(
+            event,
+            f"stored at version {version}, but this process declares version {known} with "
+            f"unknown_fields='reject'; deploy the code that declares version {version}",
+        )
+
+
+class UpcasterError(EventBusError, ValueError):
+    """An upcaster declared for an event or a version that does not exist, or twice."""
+
+    def __init__(self, event: str, from_version: object, problem: str) -> None:
+        self.event = event
+        self.from_version = from_version
+        super().__init__(f"upcaster of {event!r} from version {from_version!r}: {problem}")
 
 
 class DuplicateListenerError(EventBusError, ValueError):

@@ -33,6 +33,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "pyee": ("pyee",),
     "web": ("starlette", "jinja2", "itsdangerous"),
     "otel": ("opentelemetry.trace",),
+    "yaml": ("yaml",),
 }
 
 

@@ -1,5 +1,7 @@
 """``python -m eventbus failures list|show|retry|purge``: inspect and retry the failure table;
 ``python -m eventbus streams ...``: operate durable events (:mod:`eventbus._cli._streams`);
+``python -m eventbus schema dump|check`` and ``asyncapi``: the declared events, a CI gate and
+an AsyncAPI document (:mod:`eventbus._cli._schema`);
 ``python -m eventbus doctor``: the version, the extras, a ``scheduler`` name clash
 (:mod:`eventbus._cli._doctor`). Installed as the ``eventbus`` command too.
 
@@ -30,6 +32,7 @@ import anyio
 from .._chain import causation_chain
 from .._core._bus import EventBus
 from .._failures import FailureRecord, FailureStatus
+from .._stored import read_now
 from ..cli import (
     AppLoadError,
     InputError,
@@ -43,6 +46,7 @@ from ..cli import (
 from ..extras import explain_missing
 from ._common import DB_HELP, check_table, find_failure, open_store, store_for, when
 from ._doctor import add_doctor_parser, doctor
+from ._schema import add_schema_parsers
 from ._streams import add_streams_parser
 
 _NO_SQL: ImportError | None = None
@@ -99,6 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("show", parents=[common], help="one failure with payload and traceback")
     p.add_argument("id", metavar="ID", help="a failure id, or a unique prefix of one")
+    p.add_argument(
+        "--app",
+        metavar="MODULE:ATTR",
+        help="also show the payload as this application's code reads it (upcast, tolerantly)",
+    )
     p.set_defaults(handler=_show)
 
     p = sub.add_parser("retry", parents=[common, filters], help="re-run pending failures")
@@ -118,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="required to purge without a filter")
     p.set_defaults(handler=_purge)
     add_streams_parser(commands, db_help=DB_HELP, when=when)
+    add_schema_parsers(commands)
     add_doctor_parser(commands)
     return parser
 
@@ -152,7 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _named_db(args: argparse.Namespace) -> str:
     """`` 'URL'``, the database a ``failures`` command opened (password hidden), so that the
     error names it; empty when the command says no database (``retry --app`` uses the app's)."""
-    if args.command != "failures" or (args.db is None and getattr(args, "app", None)):
+    uses_app_db = args.action == "retry" and args.db is None and args.app
+    if args.command != "failures" or uses_app_db:
         return ""
     try:
         return f" {redact_url(database_url(args.db or default_db_url()))!r}"
@@ -205,9 +216,15 @@ async def _show(args: argparse.Namespace) -> int:
         rec = await find_failure(store, args.id)
         links = await causation_chain(store, rec)
     chain = [(link.event_id or "…", link.event_name) for link in links]
+    read = _read_now(args.app, rec) if args.app else None
     if args.json:
+        extra = {"read_now": read[1]} if read is not None else {}
         _print_json(
-            {**_as_dict(rec), "chain": [{"event_id": i, "event_name": n} for i, n in chain]}
+            {
+                **_as_dict(rec),
+                "chain": [{"event_id": i, "event_name": n} for i, n in chain],
+                **extra,
+            }
         )
         return EXIT_OK
     at = "%Y-%m-%d %H:%M:%S.%f UTC"
@@ -233,9 +250,26 @@ async def _show(args: argparse.Namespace) -> int:
     else:
         print("payload (not JSON-encodable, kept as repr; cannot be retried):")
         print(_indent(rec.payload))
+    if read is not None:
+        print(read[0])
+        print(_indent(read[1]))
     print("traceback:")
     print(_indent(rec.traceback.rstrip("\n")))
     return EXIT_OK
+
+
+def _read_now(spec: str, rec: FailureRecord) -> tuple[str, str]:
+    """(a heading, the event as *spec*'s code reads the row's payload, or why not)."""
+    try:
+        bus = load_app(spec, EventBus)
+    except AppLoadError as exc:
+        raise InputError(str(exc)) from None
+    if rec.event_name not in bus.registry:
+        return "as --app reads it:", f"not readable: {rec.event_name!r} is not declared there"
+    version, text = read_now(bus.registry, rec)
+    declared = bus.registry.get(rec.event_name).__event_version__
+    stored = f"stored at version {version}, " if version is not None else ""
+    return f"as --app reads it ({stored}declared version {declared}):", text
 
 
 async def _retry(args: argparse.Namespace) -> int:

@@ -85,6 +85,13 @@ def add_streams_parser(
     p.set_defaults(handler=_replay)
 
     p = sub.add_parser(
+        "resume", parents=[common], help="resume a group its kill switch paused, in every process"
+    )
+    p.add_argument("event", metavar="EVENT", help="the event name")
+    p.add_argument("--group", required=True, metavar="GROUP", help="service:listener")
+    p.set_defaults(handler=_resume)
+
+    p = sub.add_parser(
         "republish", parents=[common, db], help="publish outbox rows again (after Redis lost data)"
     )
     p.add_argument("--since", type=when, required=True, metavar="WHEN", help="ISO time or 2h")
@@ -221,6 +228,9 @@ async def _status(args: argparse.Namespace) -> int:
                 for g in s.groups
             ]
             _table(("  GROUP", "CONSUMERS", "PENDING", "LAG", "REDELIVERY", "LAST DELIVERED"), rows)
+            for g in s.groups:
+                for p in g.paused:
+                    print(f"  {_paused_line(p)}")
             if s.absent_groups:
                 print(
                     f"  registered, not created: {', '.join(s.absent_groups)} "
@@ -300,6 +310,32 @@ async def _replay(args: argparse.Namespace) -> int:
             _print_json({"replayed": len(new), "ids": new})
         else:
             print(f"replayed {len(new)} dead letter{'s' if len(new) != 1 else ''}")
+        return EXIT_OK
+
+    return await _run(args, work)
+
+
+def _paused_line(p: Any) -> str:
+    if p.resume_requested:
+        return f"{p.group} in {p.consumer}: paused, resume requested"
+    since = p.paused_since.strftime("%H:%M:%S") if p.paused_since else "?"
+    until = p.resumes_at.strftime("%H:%M:%S") if p.resumes_at else "?"
+    return (
+        f"{p.group} in {p.consumer}: paused since {since} UTC, resumes at {until} UTC "
+        f"({p.failures} of {p.deliveries} deliveries failed)"
+    )
+
+
+async def _resume(args: argparse.Namespace) -> int:
+    async def work(streams: RedisStreams) -> int:
+        n = await streams.resume_group(args.event, args.group)
+        if args.json:
+            _print_json({"resumed": args.group, "consumers": n})
+        elif n:
+            plural = "es" if n != 1 else ""
+            print(f"group {args.group} of {args.event}: {n} paused process{plural} told to resume")
+        else:
+            print(f"group {args.group} of {args.event} is paused nowhere")
         return EXIT_OK
 
     return await _run(args, work)

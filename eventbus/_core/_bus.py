@@ -73,6 +73,9 @@ ON_OPTIONS = ListenerOptions.__required_keys__ | ListenerOptions.__optional_keys
 #: a durable listener as given (it may take ``tx``), returned unchanged by ``on()``
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: what a durable listener's kill switch counts: an exception type, or a tuple of them
+TripOn = type[BaseException] | tuple[type[BaseException], ...]
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class BusStatistics:
@@ -282,11 +285,24 @@ class EventBus:
 
     @overload
     def on(
-        self, event: type[E], /, *, durable: Literal[True], name: str | None = ...
+        self,
+        event: type[E],
+        /,
+        *,
+        durable: Literal[True],
+        name: str | None = ...,
+        trip_on: TripOn | None = ...,
     ) -> Callable[[F], F]: ...
     @overload
     def on(
-        self, event: type[E], listener: F, /, *, durable: Literal[True], name: str | None = ...
+        self,
+        event: type[E],
+        listener: F,
+        /,
+        *,
+        durable: Literal[True],
+        name: str | None = ...,
+        trip_on: TripOn | None = ...,
     ) -> F: ...
     @overload
     def on(self, event: type[E], /, **options: Unpack[ListenerOptions]) -> TypedDecorator[E]: ...
@@ -323,6 +339,7 @@ class EventBus:
         priority: int = 0,
         times: int | None = None,
         durable: bool = False,
+        trip_on: TripOn | None = None,
     ) -> Any:
         """Subscribe a listener to an event type, an event name or a wildcard pattern.
 
@@ -341,6 +358,9 @@ class EventBus:
             through a consumer group of its own (``service:name``; give a stable *name*); the
             listener may take ``tx``, an open connection whose writes happen once per event.
             The other options do not apply (retries follow ``DurableOptions``)
+        :param trip_on: durable only: the exceptions its group's kill switch counts as
+            failures (``(OperationalError,)``: a payload bug then does not pause the group);
+            default all
         :raises DuplicateListenerError: if another listener on this bus, in-process or durable,
             already has that name
         :raises ValueError: naming the option, for a value out of range (``times=0``)
@@ -349,8 +369,10 @@ class EventBus:
         if durable:
             return self._durable_subscriber(
                 event, listener, name, once or timeout is not None or bool(retries)
-                or errors is not None or priority != 0 or times is not None,
+                or errors is not None or priority != 0 or times is not None, trip_on=trip_on,
             )  # fmt: skip
+        if trip_on is not None:
+            raise TypeError("trip_on= applies to durable listeners only (on(..., durable=True))")
         subscribe = self._table.subscriber(
             event,
             name=name,
@@ -702,6 +724,8 @@ class EventBus:
         listener: Callable[..., Any] | None,
         name: str | None,
         other_options: bool,
+        *,
+        trip_on: TripOn | None = None,
     ) -> Any:
         """``on(event, durable=True)``: checked now, handed to the durable transport; its name
         is then taken for in-process listeners too (and the other way round).
@@ -730,7 +754,9 @@ class EventBus:
             shown = name if name is not None else default_listener_name(fn)
             if self._table.taken(shown):
                 raise DuplicateListenerError(shown)
-            made = transport.subscribe(event, fn, name=name)
+            # trip_on only when given: a transport without a kill switch need not take it
+            extra = {} if trip_on is None else {"trip_on": trip_on}
+            made = transport.subscribe(event, fn, name=name, **extra)
             self._table.reserved.add(getattr(made, "name", shown))
             return fn
 

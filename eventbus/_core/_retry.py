@@ -26,10 +26,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
-from .._codec import decode_payload
 from .._exceptions import PayloadError, UnknownEventError
 from .._failures import FailureRecord, FailureStatus, check_failure_ids, qualified_type, safe_str
 from .._patterns import matches
+from .._stored import decode_stored
 from ._calls import call_once
 from ._emission import Emission
 
@@ -207,7 +207,8 @@ async def _retry_one(parts: RetryParts, rec: FailureRecord, max_attempts: int) -
     reason = _why_not_retryable(parts, rec)
     if reason is None:
         try:
-            event = decode_payload(parts.table.registry, rec.event_name, rec.payload)
+            # a stored payload: read as one (upcast, unknown fields as its type says)
+            event = decode_stored(parts.table.registry, rec.event_name, rec.payload).event
         except UnknownEventError:
             reason = f"event type {rec.event_name!r} is no longer declared in the bus's registry"
         except PayloadError as exc:

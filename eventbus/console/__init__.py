@@ -35,6 +35,7 @@ from ._charts import Bar as Bar
 from ._charts import bar_chart as bar_chart
 from ._charts import line_chart as line_chart
 from ._charts import time_buckets as time_buckets
+from ._events_page import EventsPage as EventsPage
 from ._failures_page import FailuresPage as FailuresPage
 from ._forms import parse_datetime as parse_datetime
 from ._forms import parse_int as parse_int
@@ -64,6 +65,7 @@ __all__ = [
     "Console",
     "ConsolePage",
     "Done",
+    "EventsPage",
     "FailuresPage",
     "LoginSecretError",
     "LoginThrottle",
@@ -85,8 +87,9 @@ __all__ = [
 
 def bus_pages(bus: EventBus) -> list[ConsolePage]:
     """The pages of the ``eventbus`` package for *bus*: failures, the bus (which turns the
-    bus's call counting on), and its durable streams when it has a durable transport."""
-    pages: list[ConsolePage] = [FailuresPage(bus), BusPage(bus)]
+    bus's call counting on), the catalog of its events, and its durable streams when it has a
+    durable transport."""
+    pages: list[ConsolePage] = [FailuresPage(bus), BusPage(bus), EventsPage(bus)]
     if isinstance(bus.durable, _streams_page.DurableOperations):
         pages.append(StreamsPage(bus))
     return pages

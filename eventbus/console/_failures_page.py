@@ -20,6 +20,7 @@ from starlette.responses import Response
 from eventbus import EventBus, FailureRecord, FailureStatus
 
 from .._chain import causation_chain
+from .._stored import read_now
 from ._forms import parse_datetime, parse_int
 from ._pages import Action, ActionError, Done, PageRequest, Panel, View
 from ._store_wait import DEFAULT_STORE_TIMEOUT, StoreUnavailable, store_deadline
@@ -213,6 +214,12 @@ class FailuresPage:
             retryable=rec.status == FailureStatus.PENDING and rec.payload_ok,
             listener_here=self.bus.listener(rec.listener) is not None,
             max_note=MAX_NOTE,
+            read_now=read_now(self.bus.registry, rec)
+            if rec.event_name in self.bus.registry
+            else None,
+            declared=self.bus.registry.get(rec.event_name).__event_version__
+            if rec.event_name in self.bus.registry
+            else None,
         )
 
     async def purge_form(self, request: PageRequest) -> Response:

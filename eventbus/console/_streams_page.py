@@ -1,9 +1,11 @@
 """The streams page: the Redis streams of durable events, per consumer group (lag, pending,
-dead letters), and the replay of a dead letter to the group that gave up on it; with a
-transport that schedules events, the delayed events not yet due, each with a Cancel button.
+dead letters, paused processes), the replay of a dead letter to the group that gave up on it,
+the early resume of a group a kill switch paused; with a transport that schedules events, the
+delayed events not yet due, each with a Cancel button.
 
 Built on the durable transport's public operations (``status()``, ``dead_letters()``,
-``replay()``: what ``python -m eventbus streams status|dead|replay`` runs), so the page imports
+``replay()``, ``resume_group()``: what ``python -m eventbus streams status|dead|replay|resume``
+runs), so the page imports
 neither redis nor the durable package; :func:`eventbus.console.bus_pages` adds it when the bus
 has a transport that offers them.
 """
@@ -53,6 +55,10 @@ class DurableOperations(Protocol):
         self, event: str, *, group: str | None = None, ids: Sequence[str] | None = None
     ) -> list[str]:
         """Hand dead letters back to their group; the new entry ids."""
+        ...
+
+    async def resume_group(self, event: str, group: str) -> int:
+        """Resume a group its kill switch paused, in every process; how many were told."""
         ...
 
 
@@ -117,6 +123,7 @@ class StreamsPage:
             View("", self.index, "streams.list"),
             Action("/replay", self.replay, "streams.replay"),
             Action("/cancel", self.cancel, "streams.cancel"),
+            Action("/resume", self.resume, "streams.resume"),
         ]
 
     async def panel(self, request: PageRequest) -> Panel:
@@ -205,6 +212,25 @@ class StreamsPage:
         return Done(
             f"Cancelled scheduled event {event_id}: it will not be delivered.",
             target=event_id,
+            back=request.url("/streams"),
+        )
+
+    async def resume(self, request: PageRequest) -> Done:
+        event = request.field("event", max_length=MAX_EVENT)
+        group = request.field("group", max_length=MAX_EVENT)
+        if not event or not group:
+            raise ActionError("Give the event and the group to resume (a field is empty).")
+        told = await self.transport.resume_group(event, group)
+        if not told:
+            raise ActionError(
+                f"Group {group!r} of {event!r} is paused nowhere (it resumed already).",
+                status=404,
+            )
+        plural = "es" if told != 1 else ""
+        return Done(
+            f"Told {told} paused process{plural} of group {group} to resume (each does within "
+            "about a second).",
+            target=f"{event} {group}",
             back=request.url("/streams"),
         )
 

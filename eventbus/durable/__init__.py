@@ -23,7 +23,9 @@ from ._events import DeadLettered as DeadLettered
 from ._events import DurableStarted as DurableStarted
 from ._events import DurableStopped as DurableStopped
 from ._events import EntriesLost as EntriesLost
+from ._events import GroupPaused as GroupPaused
 from ._events import GroupRecreated as GroupRecreated
+from ._events import GroupResumed as GroupResumed
 from ._events import StreamCapped as StreamCapped
 from ._events import register_durable_events as register_durable_events
 from ._exceptions import DeliveriesExhaustedError as DeliveriesExhaustedError
@@ -32,8 +34,10 @@ from ._keys import StreamKeys as StreamKeys
 from ._listener import DurableListener as DurableListener
 from ._options import DurableOptions as DurableOptions
 from ._outbox import ScheduledRow as ScheduledRow
+from ._pauses import PausedConsumer as PausedConsumer
 from ._stats import DurableStatistics as DurableStatistics
 from ._stats import GroupStatistics as GroupStatistics
+from ._stats import IgnoredField as IgnoredField
 from ._stats import JanitorStatistics as JanitorStatistics
 from ._stats import RelayStatistics as RelayStatistics
 from ._status import DeadLetter as DeadLetter
@@ -63,11 +67,15 @@ __all__ = [
     "EntriesLost",
     "Envelope",
     "EnvelopeError",
+    "GroupPaused",
     "GroupRecreated",
+    "GroupResumed",
     "GroupStatistics",
     "GroupStatus",
+    "IgnoredField",
     "JanitorStatistics",
     "NoTransactionError",
+    "PausedConsumer",
     "PendingEntry",
     "RedisStreams",
     "RelayStatistics",

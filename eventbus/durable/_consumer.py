@@ -22,10 +22,12 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from .._failures import safe_str
+from ._batch import deliver_batch
 from ._delivery import deliver
 from ._envelope import text_fields
-from ._group import Entry, Group, InFlight, is_missing_group
+from ._group import Entry, Group, InFlight, batch_limit, is_missing_group
 from ._leases import adopt_own_pending, reclaim_loop, renew_loop
+from ._pause_task import pause_loop
 from ._runtime import REDIS_ERRORS
 
 __all__ = ["Consumer"]
@@ -60,6 +62,8 @@ class Consumer:
             async with anyio.create_task_group() as service:  # outlives the listener calls
                 service.start_soon(renew_loop, group)
                 service.start_soon(group.ack_loop)
+                if group.switch is not None:
+                    service.start_soon(pause_loop, group)
                 async with anyio.create_task_group() as handlers:
                     self._handlers = handlers
                     for _ in range(group.rt.options.concurrency):
@@ -78,13 +82,57 @@ class Consumer:
     def start(self, entry: Entry) -> None:
         """Queue *entry* for the next free worker (its lease is renewed from now on)."""
         self.group.in_flight[entry.key] = InFlight(entry)
+        if entry.suspect:
+            self.group.suspects += 1
         self._queue.put_nowait(entry)
 
     async def _work(self) -> None:
-        """One of ``concurrency`` workers: a fixed pool, so that no task is made per entry."""
+        """One of ``concurrency`` workers: a fixed pool, so that no task is made per entry.
+
+        A suspect (an entry back after its consumer ended or stalled) runs alone: it waits
+        until no other call of the group runs here, and no other call starts until it is done;
+        should it end the process again, no batch-mate was running beside it."""
         queue, group = self._queue, self.group
         while True:
-            await deliver(group, await queue.get())
+            entry = await queue.get()
+            if entry.suspect:
+                await self._alone(entry)
+                continue
+            batch: list[Entry] = []
+            suspects: list[Entry] = []
+            limit = batch_limit(group)
+            while len(batch) + 1 < limit and not queue.empty():  # queued already
+                more = queue.get_nowait()
+                (suspects if more.suspect else batch).append(more)
+            while group.alone or group.paused:  # held, its lease renewed, its count unspent
+                await group.wait_gate()
+            group.running += 1
+            try:
+                if batch:
+                    await deliver_batch(group, [entry, *batch])
+                else:
+                    await deliver(group, entry)
+            finally:
+                group.running -= 1
+                if group.alone and not group.running:
+                    group.gate_changed()
+            for suspect in suspects:
+                await self._alone(suspect)
+
+    async def _alone(self, entry: Entry) -> None:
+        group = self.group
+        group.alone += 1
+        try:
+            async with group.alone_lock:
+                while group.running or group.paused:
+                    await group.wait_gate()
+                await deliver(group, entry)
+                # Acknowledged (and its record deleted) before the next suspect runs: should
+                # that one end the process, this one must not come back charged with it.
+                await group.flush_acks()
+        finally:
+            group.alone -= 1
+            group.gate_changed()
 
     async def stop(self, grace: float) -> int:
         """Stop reading, let calls in flight finish for *grace* seconds, cancel the rest;
@@ -106,6 +154,7 @@ class Consumer:
         block_ms = int(rt.options.block * 1000)
         backoff = 0.0
         while True:
+            await group.wait_resumed()  # a tripped kill switch: no reading until it resumes
             while group.free_slots() == 0:
                 await group.wait_finished()
             try:

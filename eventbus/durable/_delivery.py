@@ -21,19 +21,20 @@ from typing import Any
 
 import anyio
 
-from .._codec import decode_payload
 from .._events import Event
 from .._exceptions import ListenerTimeoutError
 from .._failures import FailureRecord, FailureStatus, safe_str
+from .._stored import decode_stored, readable
+from ._attempts import Attempts
 from ._context import Delivery, delivery_var
 from ._envelope import MAX_FIELDS, DeadInfo, Envelope, EnvelopeError, raw_value, shorten
 from ._events import DeadLettered
 from ._exceptions import DeliveriesExhaustedError
-from ._group import Entry, Group
+from ._group import Entry, Group, note_call
 from ._link import DurableLink, failure_id, link_of
 from ._runtime import REDIS_ERRORS, db_deadline, logger, utcnow
 
-__all__ = ["deliver"]
+__all__ = ["deliver", "failed", "prepare", "succeeded", "undecodable"]
 
 
 async def deliver(group: Group, entry: Entry) -> None:
@@ -66,25 +67,18 @@ def _envelope(group: Group, entry: Entry) -> Envelope:
 
 
 async def _deliver(group: Group, entry: Entry) -> None:
-    rt, opts = group.rt, group.rt.options
-    try:
-        env = _envelope(group, entry)
-    except EnvelopeError as exc:  # not ours, or damaged: no listener can take it, ever
-        await _dead_letter(group, entry, None, None, exc)
-        return
-    if entry.deliveries > opts.max_deliveries:
-        exhausted = DeliveriesExhaustedError(group.name, entry.deliveries, opts.max_deliveries)
-        await _dead_letter(group, entry, env, None, exhausted)
+    env = await prepare(group, entry)
+    if env is None:
         return
     try:
-        event = decode_payload(rt.registry, env.name, env.payload)
+        event = decode(group, env)
     except Exception as exc:  # the same bytes fail the same way at every delivery: no retry
-        group.counters.failed += 1
-        await _dead_letter(group, entry, env, None, exc)
+        await undecodable(group, entry, env, exc)
         return
     group.counters.delivered += 1
-    delivery = Delivery.of(env, group=group.name, entry_id=entry.id, deliveries=entry.deliveries)
-    token = delivery_var.set(delivery)
+    token = delivery_var.set(
+        Delivery.of(env, group=group.name, entry_id=entry.id, deliveries=entry.deliveries)
+    )
     try:
         ran = await _call(group, event, env)
     except Exception as exc:
@@ -93,14 +87,111 @@ async def _deliver(group: Group, entry: Entry) -> None:
         return
     finally:
         delivery_var.reset(token)
+    await succeeded(group, entry, env, ran)
+
+
+async def prepare(group: Group, entry: Entry) -> Envelope | None:
+    """The entry's envelope; ``None`` when it is not to be
+    called: dead-lettered (damaged, or out of calls), or a suspect whose call could not be
+    recorded (it comes back)."""
+    opts = group.rt.options
+    try:
+        env = _envelope(group, entry)
+    except EnvelopeError as exc:  # not ours, or damaged: no listener can take it, ever
+        await _dead_letter(group, entry, None, None, exc)
+        return None
+    if not readable(group.rt.registry, env.name, env.version):
+        await _hold(group, entry, env)
+        return None
+    attempts = entry.attempts
+    if (
+        attempts is not None
+        and attempts.calls >= opts.max_deliveries
+        and (attempts.alone or not entry.suspect)  # never for an entry that never ran alone
+    ):
+        exhausted = DeliveriesExhaustedError(
+            group.name,
+            entry.deliveries,
+            opts.max_deliveries,
+            crashes=attempts.crashes,
+            failures=attempts.failures,
+        )
+        await _dead_letter(group, entry, env, None, exhausted)
+        return None
+    if entry.suspect and not await _start_alone(group, entry):
+        return None
+    return env
+
+
+def decode(group: Group, env: Envelope) -> Event:
+    """A stored payload as this process's type reads it: upcast to the declared version, read
+    tolerantly where the type says so (each ignored field counted).
+
+    :raises Exception: whatever decoding raises (the same bytes fail the same way every time)
+    """
+    rt = group.rt
+    stored = decode_stored(rt.registry, env.name, env.payload, env.version)
+    for field in stored.ignored:
+        rt.ignored[env.name, field] += 1
+    return stored.event
+
+
+async def undecodable(group: Group, entry: Entry, env: Envelope, exc: Exception) -> None:
+    """A payload that does not decode: dead at once (every delivery would fail the same)."""
+    group.counters.failed += 1
+    await _dead_letter(group, entry, env, None, exc)
+
+
+async def succeeded(group: Group, entry: Entry, env: Envelope, ran: bool) -> None:
+    """A call returned (or the inbox showed it ran before): acknowledge the entry."""
     if not ran:
         group.counters.duplicates += 1
     else:
         group.counters.succeeded += 1
+        if group.switch is not None:
+            group.succeeded()
     group.ack_later(entry)
     dead = _handed_back(group, entry)
     if dead is not None:
         await _resolve(group, dead, env)
+
+
+async def _start_alone(group: Group, entry: Entry) -> bool:
+    """Record a suspect's call as a crash before it begins (a normal outcome takes it back);
+    ``False`` if the record could not be written: the entry comes back after visibility."""
+    rt = group.rt
+    rec = (entry.attempts or Attempts()).starting_alone(entry.deliveries)
+    try:
+        await rt.scripts.record(
+            keys=[group.runs], args=[group.field(entry), rec.encode(), _record_ttl_ms(group)]
+        )
+    except REDIS_ERRORS as err:
+        rt.log(
+            logging.WARNING,
+            ("record", group.name),
+            "could not record the call of suspect entry %s of group %r (%s); it comes back "
+            "after the visibility time",
+            entry.id,
+            group.name,
+            safe_str(err),
+        )
+        return False
+    entry.attempts, entry.recorded = rec, True
+    rt.log(
+        logging.WARNING,
+        ("alone", group.name),
+        "entry %s of group %r came back after its consumer ended or stalled (delivery %d, "
+        "%d calls so far): running it alone",
+        entry.id,
+        group.name,
+        entry.deliveries,
+        rec.calls - 1,
+    )
+    return True
+
+
+def _record_ttl_ms(group: Group) -> int:
+    return int(group.rt.options.retention.total_seconds() * 1000)
 
 
 def _handed_back(group: Group, entry: Entry) -> DeadInfo | None:
@@ -152,11 +243,15 @@ async def _run(group: Group, event: Event, env: Envelope) -> bool:
                 ):
                     return False
                 ours.deadline = math.inf  # the listener's own work: call_timeout bounds it
-                if listener.tx_positional:
-                    await listener.fn(event, conn)
-                else:
-                    await listener.fn(event, tx=conn)
-                ours.deadline = anyio.current_time() + patience  # the commit
+                began = time.perf_counter()
+                try:
+                    if listener.tx_positional:
+                        await listener.fn(event, conn)
+                    else:
+                        await listener.fn(event, tx=conn)
+                finally:  # the commit, or the rollback after the listener raised
+                    ours.deadline = anyio.current_time() + patience
+                    note_call(group, time.perf_counter() - began)
         if ours.cancelled_caught:  # committed or not: a retry finds the inbox row if it was
             raise TimeoutError(f"the database did not answer within db_timeout={patience} s")
         return True
@@ -169,27 +264,71 @@ async def _run(group: Group, event: Event, env: Envelope) -> bool:
     return True
 
 
+async def failed(
+    group: Group, entry: Entry, env: Envelope, event: Event | None, exc: Exception
+) -> None:
+    """A call raised: schedule its retry, or dead-letter it at its last call."""
+    group.counters.failed += 1
+    await _failed(group, entry, env, event, exc)
+
+
+async def _hold(group: Group, entry: Entry, env: Envelope) -> None:
+    """An entry of a newer event version than this process reads: left pending, its
+    delivery not counted, for a process that declares the version (a rolling deploy that
+    upgrades consumers after publishers loses nothing); one WARNING per (group, version)."""
+    rt = group.rt
+    group.counters.held += 1
+    if env.version not in group.unreadable_versions:
+        group.unreadable_versions.add(env.version)
+        known = rt.registry.get(env.name).__event_version__
+        logger.warning(
+            "durable listener %r (group %r): event %r (%s) is stored at version %d, but this "
+            "process declares version %d with unknown_fields='reject'; left pending, not dead, "
+            "until a process that declares version %d takes it: deploy that version "
+            "(logged once per group and version)",
+            group.listener.name,
+            group.name,
+            env.name,
+            env.event_id,
+            env.version,
+            known,
+            env.version,
+        )
+    group.finish(entry)  # no renewal from now on: it would reset the idle time set below
+    try:
+        async with group.idle_lock:
+            await rt.scripts.hold(
+                keys=[entry.stream],
+                args=[group.name, rt.consumer, 0, max(0, entry.deliveries - 1), entry.id],
+            )
+    except REDIS_ERRORS as err:  # still pending: it comes back after the visibility time
+        rt.log(logging.WARNING, ("hold", group.name), "could not hold an entry: %s", err)
+
+
 async def _failed(
     group: Group, entry: Entry, env: Envelope, event: Event | None, exc: Exception
 ) -> None:
     rt, opts = group.rt, group.rt.options
+    charged = group.failed(exc)
     flight = group.in_flight.get(entry.key)
     if flight is not None and flight.lost:
         return  # another consumer has it now; its outcome counts
-    if entry.deliveries >= opts.max_deliveries:
+    before = entry.attempts or Attempts()
+    rec = before.failed(entry.deliveries) if charged else before.excused(entry.deliveries)
+    if charged and rec.calls >= opts.max_deliveries:
         await _dead_letter(group, entry, env, event, exc)
         return
-    delay = opts.retry_delay(entry.deliveries)
+    delay = opts.retry_delay(rec.calls)
     rt.log(
         logging.WARNING,
         ("failed", group.name, type(exc)),
-        "durable listener %r failed for %r (event %s, delivery %d of %d): %s: %s; "
-        "retrying in %.2f s",
+        "durable listener %r failed for %r (event %s, call %d of %d%s): %s: %s; retrying in %.2f s",
         group.listener.name,
         env.name,
         env.event_id,
-        entry.deliveries,
+        rec.calls,
         opts.max_deliveries,
+        "" if charged else ", not charged: its group's kill switch tripped",
         type(exc).__name__,
         safe_str(exc),
         delay,
@@ -198,8 +337,17 @@ async def _failed(
     idle_ms = max(0, int((opts.visibility - delay) * 1000))
     try:
         async with group.idle_lock:
-            await rt.scripts.renew(
-                keys=[entry.stream], args=[group.name, rt.consumer, idle_ms, entry.id]
+            await rt.scripts.retry(
+                keys=[entry.stream, group.runs],
+                args=[
+                    group.name,
+                    rt.consumer,
+                    idle_ms,
+                    entry.id,
+                    group.field(entry),
+                    rec.encode(),
+                    _record_ttl_ms(group),
+                ],
             )
     except REDIS_ERRORS as err:  # it comes back after the full visibility time instead
         rt.log(logging.WARNING, ("retry", group.name), "could not schedule a retry: %s", err)
@@ -254,17 +402,19 @@ async def _dead_letter(
         )
         return
     group.counters.dead += 1
+    if entry.recorded:
+        await group.forget([group.field(entry)])
     name = env.name if env else group.listener.event_name
     event_id = env.event_id if env else ""
     rt.log(
         logging.ERROR,
         ("dead", group.name),
-        "durable listener %r: event %r (%s) is dead after %d deliveries in group %r: %s; "
+        "durable listener %r: event %r (%s) is dead after %d calls in group %r: %s; "
         "see 'python -m eventbus failures show %s' and 'streams dead'",
         group.listener.name,
         name,
         event_id,
-        entry.deliveries,
+        rec.attempts,
         group.name,
         error,
         fid[:12],
@@ -321,16 +471,27 @@ def _record(
         deliveries=entry.deliveries,
         seq=env.seq if env else None,
         occurred_at=env.occurred_at if env else None,
+        version=env.version if env else None,
     )
     return base.replace(
         id=fid,
         payload=env.payload if env else base.payload,
         payload_ok=env is not None,
-        attempts=entry.deliveries,
+        attempts=_calls_made(entry, env, exc),
         status=FailureStatus.DEAD,
         note=link.note(),
         **link.columns(),
     )
+
+
+def _calls_made(entry: Entry, env: Envelope | None, exc: BaseException) -> int:
+    """The calls a dead letter reports: none ran for a damaged entry (its deliveries are
+    shown), the charged ones for an exhausted entry, else those before plus the last."""
+    if env is None:
+        return entry.deliveries
+    if isinstance(exc, DeliveriesExhaustedError):
+        return exc.crashes + exc.failures
+    return (entry.attempts or Attempts()).failed(entry.deliveries).calls
 
 
 async def _previous_row(group: Group, entry: Entry) -> FailureRecord | None:

@@ -3,7 +3,9 @@
 Fields (all text): ``v`` (envelope version, ``1``), ``event_id``, ``name``, ``seq`` (the
 outbox row's id: listeners that must apply events in order compare it), ``occurred_at`` (ISO
 8601, UTC: the publishing transaction's time), ``payload`` (the codec's JSON), and, when set,
-``aggregate_key``, ``causation_id``, ``correlation_id`` and ``headers`` (a JSON object).
+``aggregate_key``, ``causation_id``, ``correlation_id`` and ``headers`` (a JSON object), and
+``event_version`` (the version of the event type that wrote the payload; an entry without
+one, as written before versions existed, is version 1).
 
 Dead letters and redeliveries carry the same fields plus ``dead_*`` ones (:class:`DeadInfo`).
 """
@@ -21,7 +23,7 @@ __all__ = ["DeadInfo", "Envelope", "EnvelopeError", "raw_value", "shorten", "tex
 
 VERSION = "1"
 _OPTIONAL = ("aggregate_key", "causation_id", "correlation_id", "headers")
-#: The most fields an entry may carry: the envelope has at most 10, a redelivery adds 5
+#: The most fields an entry may carry: the envelope has at most 11, a redelivery adds 5
 #: ``dead_*`` ones; the rest is room for fields a later version adds. An entry with thousands
 #: is refused before anything copies them (a Lua ``unpack`` fails past about 8,000 values).
 MAX_FIELDS = 64
@@ -125,6 +127,7 @@ class Envelope:
     causation_id: str | None = None
     correlation_id: str | None = None
     headers: str | None = None
+    version: int = 1  #: the event type's version that wrote ``payload``
 
     def header_map(self) -> dict[str, str]:
         """The headers as a dict (:meth:`from_fields` checked that they are one)."""
@@ -143,6 +146,7 @@ class Envelope:
             value = getattr(self, key)
             if value is not None:
                 out[key] = value
+        out["event_version"] = str(self.version)
         return out
 
     def script_args(self) -> list[str]:
@@ -152,6 +156,7 @@ class Envelope:
             item for key in _OPTIONAL if (value := getattr(self, key)) is not None
             for item in (key, value)
         ]  # fmt: skip
+        extra += ("event_version", str(self.version))
         return [str(len(extra) // 2), self.event_id, str(self.seq), self.occurred_at,
                 self.payload, *extra]  # fmt: skip
 
@@ -176,8 +181,18 @@ class Envelope:
         if headers is not None and not _is_header_object(headers):
             shown = headers[:80]
             raise EnvelopeError(entry_id, f"headers are not a JSON object of strings: {shown!r}")
+        event_version = fields.get("event_version", "1")
+        if not (
+            event_version.isascii()
+            and event_version.isdigit()
+            and len(event_version) <= 9
+            and int(event_version) >= 1
+        ):
+            shown = shorten(event_version)
+            raise EnvelopeError(entry_id, f"event_version {shown} is not an int from 1 to 10**9")
         try:
             env = cls(
+                version=int(event_version),
                 event_id=fields["event_id"],
                 name=fields["name"],
                 payload=fields["payload"],

@@ -17,7 +17,9 @@ __all__ = [
     "DurableStarted",
     "DurableStopped",
     "EntriesLost",
+    "GroupPaused",
     "GroupRecreated",
+    "GroupResumed",
     "StreamCapped",
     "register_durable_events",
 ]
@@ -61,6 +63,29 @@ class GroupRecreated(Event, name="eventbus.durable.group-recreated"):
     error: str
 
 
+class GroupPaused(Event, name="eventbus.durable.group-paused"):
+    """Alarm: the kill switch of ``group`` in this process tripped (``failures`` of the last
+    ``deliveries`` failed): it stopped reading and reclaiming until ``resumes_at`` (Unix
+    time). Once per episode: pauses that follow before a call succeeds again only log."""
+
+    group: str
+    consumer: str
+    failures: int
+    deliveries: int
+    pause: float
+    resumes_at: float
+
+
+class GroupResumed(Event, name="eventbus.durable.group-resumed"):
+    """The episode of ``group`` is over: a call succeeded after its last pause (``trips``
+    pauses, the first ``paused_for`` seconds ago)."""
+
+    group: str
+    consumer: str
+    trips: int
+    paused_for: float
+
+
 class EntriesLost(Event, name="eventbus.durable.entries-lost"):
     """Alarm: pending entries of ``group`` were deleted from the stream before they were
     processed (trimmed by a MAXLEN cap, or XDEL by hand)."""
@@ -101,6 +126,8 @@ DURABLE_EVENTS: tuple[type[Event], ...] = (
     DurableStopped,
     DeadLettered,
     GroupRecreated,
+    GroupPaused,
+    GroupResumed,
     EntriesLost,
     StreamCapped,
     BacklogHigh,

@@ -28,14 +28,20 @@ class DurableNotRunningError(EventBusError, RuntimeError):
 
 
 class DeliveriesExhaustedError(EventBusError, RuntimeError):
-    """What a dead letter records for an entry delivered more than ``max_deliveries`` times
-    without an outcome: the process handling it died or was killed each time."""
+    """What a dead letter records for an entry called ``max_deliveries`` times without an
+    outcome: the process running it ended (crashed, was killed) or stalled past its visibility
+    time while it ran, and each time it came back."""
 
-    def __init__(self, group: str, deliveries: int, max_deliveries: int) -> None:
+    def __init__(
+        self, group: str, deliveries: int, max_deliveries: int, *, crashes: int, failures: int = 0
+    ) -> None:
         self.group = group
         self.deliveries = deliveries
+        self.crashes = crashes
+        self.failures = failures
+        raised = f"; it raised {failures} times" if failures else ""
         super().__init__(
-            f"delivered {deliveries} times to group {group!r} (max_deliveries={max_deliveries}) "
-            "without finishing: the consumer handling it crashed, was killed, or overran its "
-            "visibility time each time"
+            f"called {crashes + failures} times in group {group!r} (max_deliveries="
+            f"{max_deliveries}) without finishing: the process ended (crashed, was killed) or "
+            f"stalled past its visibility time while it ran, {crashes} times{raised}"
         )

@@ -16,7 +16,9 @@ import anyio
 from redis.exceptions import ResponseError
 
 from .._failures import safe_str
-from ._events import GroupRecreated
+from ._attempts import Attempts, field_of
+from ._events import GroupPaused, GroupRecreated, GroupResumed
+from ._kill_switch import KillSwitch, Outcome
 from ._listener import DurableListener
 from ._registry import create_group, register_group
 from ._runtime import REDIS_ERRORS, Runtime, logger
@@ -47,16 +49,25 @@ def is_missing_group(exc: BaseException) -> bool:
 
 @dataclasses.dataclass(slots=True)
 class Entry:
-    """One stream entry handed to this process, with Redis' delivery count for it."""
+    """One stream entry handed to this process, with Redis' delivery count for it and what
+    its record says of its calls so far (see ``_attempts``)."""
 
     stream: str
     id: str
     fields: dict[str, str]
     deliveries: int
+    attempts: Attempts | None = None  #: ``None``: a first delivery, no record
+    suspect: bool = False  #: its consumer ended or stalled with it: it runs alone
+    recorded: bool = False  #: a record of it is stored (forgotten when it ends)
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.stream, self.id)
+
+    @property
+    def calls(self) -> int:
+        """Calls before this one that did not succeed (failed, or their process ended)."""
+        return 0 if self.attempts is None else self.attempts.calls
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -77,6 +88,7 @@ class Group:
         self.stream = rt.keys.stream(listener.event_name)
         self.restream = rt.keys.redeliver(listener.event_name, listener.group)
         self.dead_stream = rt.keys.dead(listener.event_name)
+        self.runs = rt.keys.runs(listener.event_name, listener.group)
         self.counters = GroupCounters()
         self.in_flight: dict[tuple[str, str], InFlight] = {}
         self._changed = anyio.Event()
@@ -86,10 +98,41 @@ class Group:
         #: serialises lease renewals and retry scheduling (both set an entry's idle time)
         self.idle_lock = anyio.Lock()
         self._acks: dict[str, list[str]] = {}
+        self._forget: list[str] = []  # attempt records of acknowledged entries
+        #: suspects queued or running: while there are any, nothing new is read or reclaimed
+        self.suspects = 0
+        #: ordinary calls running now; a suspect waits until there are none
+        self.running = 0
+        #: a suspect waits for its turn or runs: ordinary calls wait until it is done
+        self.alone = 0
+        self.alone_lock = anyio.Lock()
+        #: a listener call's usual length (seconds, a moving average of the batched and lone
+        #: ``tx`` calls): a batch runs its calls one after another, so it holds only as many
+        #: as fit in ``BATCH_SECONDS``; a slow listener's entries run side by side instead
+        self.call_seconds: float | None = None
+        self._gate = anyio.Event()
+        opts = rt.options
+        self.switch = (
+            KillSwitch(
+                trip_after=opts.trip_after,
+                trip_ratio=opts.trip_ratio,
+                trip_window=opts.trip_window,
+                pause=opts.pause,
+                max_pause=opts.max_pause,
+            )
+            if opts.kill_switch
+            else None
+        )
+        self.tripped = anyio.Event()  #: set while paused: the pause task holds the pause
+        self.resume_asked = anyio.Event()  #: an early resume asked in this process
+        self._resumed = anyio.Event()
+        self._resumed.set()
         self._ack_ready = anyio.Event()
         self._nogroup_backoff = NOGROUP_BACKOFF
         self._last_nogroup = -NOGROUP_RESET
         self._recovering = anyio.Lock()
+        #: event versions this group met and could not read (warned about once each)
+        self.unreadable_versions: set[int] = set()
 
     def __repr__(self) -> str:
         return f"Group({self.name!r}, stream={self.stream!r})"
@@ -100,21 +143,50 @@ class Group:
 
     def statistics(self) -> GroupStatistics:
         c = self.counters
+        state = self.switch.state() if self.switch is not None else None
         return GroupStatistics(
             group=self.name,
             event=self.listener.event_name,
             listener=self.listener.name,
             in_flight=len(self.in_flight),
+            paused=bool(state and state.paused),
+            paused_since=state.paused_since if state else None,
+            resumes_at=state.resumes_at if state else None,
+            trips=state.trips if state else 0,
             **dataclasses.asdict(c),
         )
 
     def free_slots(self) -> int:
+        if self.suspects:  # a suspect runs alone: whatever is read now would wait beside it
+            return 0
         return max(0, self.rt.options.concurrency - len(self.in_flight))
 
     def finish(self, entry: Entry) -> None:
         """Forget an entry this process no longer works on (done, retried later, or cancelled)."""
-        if self.in_flight.pop(entry.key, None) is not None and self._waiting:
+        flight = self.in_flight.pop(entry.key, None)
+        if flight is None:
+            return
+        if flight.entry.suspect:
+            self.suspects -= 1
+            self.retry_at(time.monotonic())  # a reclaim pass now: the next suspect's turn
+        if self._waiting:
             self._changed.set()  # replaced by the next wait: not one new event per entry
+
+    def field(self, entry: Entry) -> str:
+        """The field of *entry*'s attempt record in the group's hash."""
+        return field_of(entry.id, entry.stream == self.restream)
+
+    # -- running alone ---------------------------------------------------------------------------
+
+    def gate_changed(self) -> None:
+        """Wake the calls waiting at the gate (a suspect or an ordinary call ended)."""
+        self._gate.set()
+
+    async def wait_gate(self) -> None:
+        """Return after the next change at the gate (callers check again in a loop)."""
+        if self._gate.is_set():
+            self._gate = anyio.Event()
+        await self._gate.wait()
 
     async def wait_finished(self) -> None:
         """Return after the next entry in flight finished (callers check again in a loop)."""
@@ -138,6 +210,105 @@ class Group:
         """Forget the retry times up to *now* (the reclaim pass that follows takes them)."""
         while self._retries and self._retries[0] <= now:
             heapq.heappop(self._retries)
+
+    # -- the kill switch -------------------------------------------------------------------------
+
+    @property
+    def paused(self) -> bool:
+        return self.switch is not None and self.switch.paused
+
+    async def wait_resumed(self) -> None:
+        while self.paused:
+            await self._resumed.wait()
+
+    def succeeded(self) -> None:
+        """Count a call that returned (the kill switch's window; the end of an episode)."""
+        switch = self.switch
+        if switch is None:
+            return
+        switch.record(Outcome.OK)
+        if switch.in_episode and (ended := switch.ended_episode()) is not None:
+            self._episode_over(*ended)
+
+    def failed(self, exc: BaseException) -> bool:
+        """Count a call that raised; whether the failure is charged to its entry (not when
+        the kill switch has tripped: the outage's fault, not the event's)."""
+        switch = self.switch
+        if switch is None:
+            return True
+        counted = self.listener.trips(exc)
+        if switch.record(Outcome.FAILED if counted else Outcome.OTHER):
+            self._trip(switch, exc)
+        return switch.charging or not counted
+
+    def _trip(self, switch: KillSwitch, exc: BaseException) -> None:
+        state = switch.state()
+        pause = switch.remaining()
+        if switch.episode_trips == 1:  # one alarm per episode
+            logger.error(
+                "consumer group %r paused by its kill switch: %d of the last %d deliveries "
+                "failed (last: %s: %s); no reading or reclaiming for %.1f s (doubling while "
+                "it keeps failing, at most %.0f s); failures meanwhile are not charged to their "
+                "entries. Resume early with 'python -m eventbus streams resume %s'",
+                self.name,
+                state.failures,
+                state.deliveries,
+                type(exc).__name__,
+                safe_str(exc),
+                pause,
+                self.rt.options.max_pause,
+                self.name,
+            )
+            self.rt.notify(
+                GroupPaused(
+                    group=self.name,
+                    consumer=self.rt.consumer,
+                    failures=state.failures,
+                    deliveries=state.deliveries,
+                    pause=pause,
+                    resumes_at=state.resumes_at or 0.0,
+                )
+            )
+        else:
+            self.rt.log(
+                logging.WARNING,
+                ("paused", self.name),
+                "consumer group %r still failing after its pause (%s: %s): paused again for %.1f s",
+                self.name,
+                type(exc).__name__,
+                safe_str(exc),
+                pause,
+            )
+        self._resumed = anyio.Event()
+        self.tripped.set()
+        self.gate_changed()
+
+    def resume(self) -> None:
+        """End the pause now (its time is up, or an operator asked)."""
+        if self.switch is None or not self.switch.paused:
+            return
+        self.switch.resume()
+        self.tripped = anyio.Event()
+        self.resume_asked = anyio.Event()
+        self._resumed.set()
+        self.gate_changed()
+        self.retry_at(time.monotonic())  # a reclaim pass now: the retries held meanwhile
+        logger.warning("consumer group %r resumes reading after its pause", self.name)
+
+    def _episode_over(self, since: float, trips: int) -> None:
+        paused_for = max(0.0, time.time() - since)
+        self.rt.notify(
+            GroupResumed(
+                group=self.name, consumer=self.rt.consumer, trips=trips, paused_for=paused_for
+            )
+        )
+        logger.warning(
+            "consumer group %r delivers again, %.1f s after its kill switch first tripped "
+            "(%d pauses)",
+            self.name,
+            paused_for,
+            trips,
+        )
 
     # -- groups ----------------------------------------------------------------------------------
 
@@ -196,6 +367,8 @@ class Group:
     def ack_later(self, entry: Entry) -> None:
         """Queue an acknowledgement; the ack task sends what accumulated in one ``XACK``."""
         self._acks.setdefault(entry.stream, []).append(entry.id)
+        if entry.recorded:
+            self._forget.append(self.field(entry))
         self._ack_ready.set()
 
     async def ack_loop(self) -> None:
@@ -212,6 +385,7 @@ class Group:
         calls that succeeded."""
         self._ack_ready = anyio.Event()
         batch, self._acks = self._acks, {}
+        forget, self._forget = self._forget, []
         for stream, ids in batch.items():
             try:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(ACK_PATIENCE):
@@ -225,3 +399,44 @@ class Group:
                     self.name,
                     safe_str(exc),
                 )
+        if forget:
+            await self.forget(forget)
+
+    async def forget(self, fields: list[str]) -> None:
+        """Delete attempt records of entries that ended. One left behind does no harm: its
+        entry is gone, and the hash expires after the retention period without writes."""
+        try:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(ACK_PATIENCE):
+                await self.rt.client.hdel(self.runs, *fields)
+        except REDIS_ERRORS as exc:
+            self.rt.log(
+                logging.WARNING,
+                ("forget", self.name),
+                "could not delete %d attempt records of group %r (%s)",
+                len(fields),
+                self.name,
+                safe_str(exc),
+            )
+
+
+#: how long one batch of ``tx`` calls may take, by the calls' usual length: beyond it the
+#: calls one after another in one transaction cost more than their commits side by side
+BATCH_SECONDS = 0.005
+
+
+def note_call(group: Group, seconds: float) -> None:
+    """Fold one ``tx`` call's length into the group's moving average."""
+    old = group.call_seconds
+    group.call_seconds = seconds if old is None else old + (seconds - old) / 8
+
+
+def batch_limit(group: Group) -> int:
+    """How many entries one transaction may hold now: ``tx_batch`` at most (until a call was
+    measured), as many calls as fit in ``BATCH_SECONDS``; 1 (the lone path) for listeners not
+    taking ``tx`` and with ``call_timeout`` (each call is cut short on its own)."""
+    opts = group.rt.options
+    if not group.listener.takes_tx or opts.call_timeout:
+        return 1
+    if group.call_seconds is None:
+        return opts.tx_batch
+    return max(1, min(opts.tx_batch, int(BATCH_SECONDS / max(group.call_seconds, 1e-6))))

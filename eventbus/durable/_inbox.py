@@ -50,6 +50,29 @@ class Inbox:
         result = await conn.execute(stmt)
         return bool(result.rowcount == 1)
 
+    async def claim_many(
+        self, conn: AsyncConnection, *, group: str, event_ids: list[str], now: datetime
+    ) -> set[str]:
+        """Insert the rows of several events in one statement in *conn*'s transaction;
+        return the event ids inserted (the others were there already). PostgreSQL and
+        SQLite only (``ON CONFLICT DO NOTHING ... RETURNING``).
+
+        :raises NotImplementedError: on another database
+        """
+        values = [{"group_name": group, "event_id": e, "processed_at": now} for e in event_ids]
+        keys = ["group_name", "event_id"]
+        dialect = conn.dialect.name
+        if dialect == "postgresql":
+            insert = postgresql.insert(self.table).values(values)
+            stmt = insert.on_conflict_do_nothing(index_elements=keys)
+        elif dialect == "sqlite":
+            insert_ = sqlite.insert(self.table).values(values)
+            stmt = insert_.on_conflict_do_nothing(index_elements=keys)  # type: ignore[assignment]
+        else:
+            raise NotImplementedError(dialect)
+        result = await conn.execute(stmt.returning(self.table.c.event_id))
+        return {row[0] for row in result}
+
     async def seen(self, engine: AsyncEngine, *, group: str, event_id: str) -> bool:
         c = self.table.c
         stmt = sa.select(sa.literal(1)).where(c.group_name == group, c.event_id == event_id)

@@ -12,6 +12,11 @@ key                                         holds
 ``<prefix>:evt:{<name>}:re:<group>``        entries handed back to one group (replay, retry)
 ``<prefix>:evt:{<name>}:pub:<event_id>``    set with NX by the relay: the event was added
 ``<prefix>:evt:{<name>}:janitor``           the janitor's turn (``SET NX PX``)
+``<prefix>:evt:{<name>}:runs:<group>``     attempt records of one group's entries that
+                                            failed or ran alone (a hash: see ``_attempts``)
+``<prefix>:evt:{<name>}:paused``            the processes whose kill switch paused a group
+                                            (a hash: ``group/consumer`` → when; see
+                                            ``_pauses``)
 ``<prefix>:evt:{<name>}:groups``            every group registered for the stream (a hash:
                                             group → registration time, ms); the janitor keeps
                                             entries for the absent ones (see ``_janitor``)
@@ -81,6 +86,12 @@ class StreamKeys:
 
     def redeliver(self, name: str, group: str) -> str:
         return f"{self._base}{{{name}}}:re:{group}"
+
+    def runs(self, name: str, group: str) -> str:
+        return f"{self._base}{{{name}}}:runs:{group}"
+
+    def paused(self, name: str) -> str:
+        return f"{self._base}{{{name}}}:paused"
 
     def published(self, name: str, event_id: str) -> str:
         return f"{self._base}{{{name}}}:pub:{event_id}"

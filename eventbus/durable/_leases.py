@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 
 from .._failures import safe_str
+from ._attempts import Attempts, classify, field_of
 from ._envelope import text_fields
 from ._events import EntriesLost
 from ._group import Entry, Group, is_missing_group
@@ -117,6 +118,7 @@ async def reclaim_loop(group: Group, start: Callable[[Entry], None]) -> None:
     period = group.rt.options.visibility / 2
     next_pass = time.monotonic()
     while True:
+        await group.wait_resumed()  # a tripped kill switch: no reclaiming until it resumes
         now = time.monotonic()
         due = min(next_pass, group.next_retry() or next_pass)
         if due > now:
@@ -140,8 +142,10 @@ async def reclaim_once(group: Group, start: Callable[[Entry], None]) -> int:
         lost: list[str] = []
         while (free := group.free_slots()) > 0:
             try:
+                prefix = field_of("", stream == group.restream)
                 reply = await rt.scripts.reclaim(
-                    keys=[stream], args=[group.name, rt.consumer, min_idle, cursor, free]
+                    keys=[stream, group.runs],
+                    args=[group.name, rt.consumer, min_idle, cursor, free, prefix],
                 )
             except REDIS_ERRORS as exc:
                 if is_missing_group(exc):
@@ -155,15 +159,21 @@ async def reclaim_once(group: Group, start: Callable[[Entry], None]) -> int:
                         safe_str(exc),
                     )
                 break
-            next_cursor, entries, deleted, counts = reply
+            next_cursor, entries, deleted, counts, records = reply
             lost += [_text(d) for d in deleted]
-            for (entry_id, flat), count in zip(entries, counts, strict=True):
+            for (entry_id, flat), count, raw in zip(entries, counts, records, strict=True):
                 eid = _text(entry_id)
                 if (stream, eid) in group.in_flight:
                     continue  # ours and still running (a late renewal): leave it be
                 group.counters.reclaimed += 1
                 taken += 1
-                start(Entry(stream, eid, _pairs(flat), int(count)))
+                record = Attempts.decode(raw)
+                attempts, suspect = classify(int(count), record)
+                if suspect:
+                    group.counters.suspects += 1
+                entry = Entry(stream, eid, _pairs(flat), int(count), attempts, suspect)
+                entry.recorded = record is not None
+                start(entry)
             cursor = _text(next_cursor)
             if cursor == "0-0":
                 break

@@ -37,6 +37,7 @@ class DurableLink:
     deliveries: int
     seq: int | None
     occurred_at: str | None = None  #: the note's only (the envelope's; not a column)
+    version: int | None = None  #: the note's only: the event version of the stored payload
 
     def note(self) -> str:
         """The row's note: the link in words (``durable group=... stream=... entry=...``)."""
@@ -48,6 +49,8 @@ class DurableLink:
             text += f" seq={self.seq}"
         if self.occurred_at is not None:
             text += f" occurred_at={self.occurred_at}"
+        if self.version is not None:
+            text += f" version={self.version}"
         return text
 
     def columns(self) -> dict[str, object]:
@@ -80,6 +83,7 @@ def link_of(rec: FailureRecord) -> DurableLink | None:
             deliveries=rec.durable_deliveries or 0,
             seq=rec.durable_seq,
             occurred_at=words.get("occurred_at"),
+            version=_int(words.get("version")),
         )
     if "group" not in words:
         return None
@@ -92,4 +96,9 @@ def link_of(rec: FailureRecord) -> DurableLink | None:
         deliveries=int(deliveries) if deliveries.isdigit() else 0,
         seq=int(seq) if seq.isdigit() else None,
         occurred_at=words.get("occurred_at"),
+        version=_int(words.get("version")),
     )
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() else None

@@ -11,10 +11,13 @@ from .._core._listeners import default_listener_name, is_async_callable
 from .._events import Event
 from ._keys import group_name
 
-__all__ = ["DurableListener", "Start", "make_listener"]
+__all__ = ["DurableListener", "Start", "TripOn", "make_listener"]
 
 #: Where a new consumer group starts: the stream's first entry, or its end (skips history).
 Start = Literal["first", "latest"]
+
+#: The exceptions that count as failures for a group's kill switch (``None``: every one).
+TripOn = tuple[type[BaseException], ...]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -33,6 +36,13 @@ class DurableListener:
     takes_tx: bool
     tx_positional: bool  #: ``tx`` is positional-only (passed second); else passed as ``tx=``
     start: Start = "first"
+    #: the failures its kill switch counts (a database's errors, say); others (a payload
+    #: bug) are retried and dead-lettered as usual without pausing the group
+    trip_on: TripOn | None = None
+
+    def trips(self, exc: BaseException) -> bool:
+        """Whether *exc* counts as a failure for the group's kill switch."""
+        return self.trip_on is None or isinstance(exc, self.trip_on)
 
     @property
     def event_name(self) -> str:
@@ -49,6 +59,7 @@ def make_listener(
     *,
     name: str | None = None,
     start: Start = "first",
+    trip_on: type[BaseException] | TripOn | None = None,
 ) -> DurableListener:
     """Check a durable subscription and describe it.
 
@@ -57,6 +68,7 @@ def make_listener(
         connection cannot be used: declare it ``async def``)
     :raises ValueError: for a name that cannot be part of a group name (give ``name=``), or
         a bad *start*
+    :raises TypeError: for a *trip_on* that is not an exception type or a tuple of them
     """
     if not (isinstance(event_type, type) and issubclass(event_type, Event)) or not getattr(
         event_type, "__event_name__", ""
@@ -69,6 +81,7 @@ def make_listener(
         raise TypeError(f"durable listener {fn!r} is not callable")
     if start not in ("first", "latest"):
         raise ValueError(f"start={start!r} must be 'first' or 'latest'")
+    trips = _trip_on(trip_on)
     shown = name if name is not None else default_listener_name(fn)
     try:
         group = group_name(service, shown)
@@ -91,7 +104,27 @@ def make_listener(
         takes_tx=takes_tx,
         tx_positional=tx_positional,
         start=start,
+        trip_on=trips,
     )
+
+
+def _trip_on(value: object) -> TripOn | None:
+    """*value* as a tuple of exception types, or ``None``.
+
+    :raises TypeError: naming ``trip_on`` and the first item that is not an exception type
+    """
+    if value is None:
+        return None
+    items = value if isinstance(value, tuple) else (value,)
+    for item in items:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise TypeError(
+                f"trip_on={value!r} must be an exception type or a tuple of them; "
+                f"{item!r} is not one"
+            )
+    if not items:
+        raise TypeError("trip_on=() counts no failure: give exception types, or None for all")
+    return items
 
 
 def _tx_parameter(fn: Callable[..., Any]) -> tuple[bool, bool]:

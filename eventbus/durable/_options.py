@@ -26,6 +26,9 @@ class DurableOptions:
     retry_backoff: float = 1.0
     #: listener calls running at once, per group in this process
     concurrency: int = 16
+    #: at most this many deliveries of a listener taking ``tx`` share one transaction (each
+    #: call in its own savepoint), out of those already read together; 1: one per event
+    tx_batch: int = 50
     #: the longest an async listener call may run before it is cancelled and counted as a
     #: failure (``ListenerTimeoutError``: retried, dead at the last delivery); None: no limit.
     #: A sync listener's thread cannot be stopped, so it is not cut short
@@ -71,6 +74,21 @@ class DurableOptions:
     consumer_idle: float = 3_600.0
     #: the janitor never trims entries younger than this (seconds); 0: trim all read ones
     trim_keep: float = 0.0
+    #: the group kill switch (per group, per process): when the failures of the last
+    #: ``trip_window`` seconds reach ``trip_ratio`` of at least ``trip_after`` deliveries (a
+    #: database or an API down), the group stops reading and reclaiming for ``pause``
+    #: seconds, doubling up to ``max_pause`` while it keeps tripping; the failures from the
+    #: trip until the next success are not charged to their entries (no dead letters for an
+    #: outage). ``False``: retries and dead letters only. After an abrupt outage it trips
+    #: within about half the window, so keep the window well below the time an entry takes
+    #: to use up its deliveries (``retry_backoff`` doubling, ``max_deliveries - 1`` times:
+    #: 15 s by default)
+    kill_switch: bool = True
+    trip_after: int = 20
+    trip_ratio: float = 0.5
+    trip_window: float = 10.0
+    pause: float = 5.0
+    max_pause: float = 300.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -78,6 +96,8 @@ class DurableOptions:
             problems.append("visibility, lease, block and db_timeout must be > 0")
         if self.max_deliveries < 1 or self.concurrency < 1 or self.relay_batch < 1:
             problems.append("max_deliveries, concurrency and relay_batch must be >= 1")
+        if self.tx_batch < 1:
+            problems.append(f"tx_batch={self.tx_batch!r} must be >= 1 (1: a transaction per event)")
         if not 0 < self.retry_backoff <= self.visibility:
             problems.append(
                 f"retry_backoff={self.retry_backoff!r} must be > 0 and at most "
@@ -101,8 +121,25 @@ class DurableOptions:
             problems.append(f"call_timeout={self.call_timeout!r} must be None or > 0")
         if self.purge_batch < 1 or self.dead_maxlen < 1 or self.retention.total_seconds() <= 0:
             problems.append("purge_batch and dead_maxlen must be >= 1, retention > 0")
+        problems += self._kill_switch_problems()
         if problems:
             raise ValueError("; ".join(problems))
+
+    def _kill_switch_problems(self) -> list[str]:
+        problems = []
+        if not 0 < self.trip_ratio <= 1:
+            problems.append(
+                f"trip_ratio={self.trip_ratio!r} must be a failure ratio above 0 and at most 1"
+            )
+        if self.trip_after < 1:
+            problems.append(f"trip_after={self.trip_after!r} must be >= 1 (deliveries)")
+        for name in ("trip_window", "pause"):
+            value = getattr(self, name)
+            if not value > 0:
+                problems.append(f"{name}={value!r} must be > 0 (seconds)")
+        if not self.max_pause >= self.pause:
+            problems.append(f"max_pause={self.max_pause!r} must be >= pause={self.pause!r}")
+        return problems
 
     @property
     def settle(self) -> float:

@@ -16,7 +16,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
@@ -48,6 +48,7 @@ class ClaimedRow:
     causation_id: str | None
     correlation_id: str | None
     created_at: datetime
+    version: int | None = None  #: the event type's (``None``: a row from before versions)
 
     def envelope(self) -> Envelope:
         return Envelope(
@@ -60,6 +61,7 @@ class ClaimedRow:
             causation_id=self.causation_id,
             correlation_id=self.correlation_id,
             headers=self.headers,
+            version=self.version or 1,
         )
 
 
@@ -102,6 +104,7 @@ class Outbox:
             c.causation_id,
             c.correlation_id,
             c.created_at,
+            c.event_version,
         )
 
     def __repr__(self) -> str:
@@ -148,6 +151,7 @@ class Outbox:
                 {
                     "event_id": uuid.uuid4().hex,
                     "name": event.__event_name__,
+                    "event_version": event.__event_version__,
                     "aggregate_key": aggregate_key,
                     "payload": payload,
                     "headers": header_text,
@@ -415,7 +419,7 @@ class Outbox:
         stmt = sa.select(*self._returned).where(self.table.c.event_id == event_id)
         async with engine.connect() as conn:
             row = (await conn.execute(stmt)).first()
-        return None if row is None else ClaimedRow(*row).envelope()
+        return None if row is None else ClaimedRow(*cast(tuple[Any, ...], row)).envelope()
 
     async def backlog(self, engine: AsyncEngine, *, now: datetime | None = None) -> Backlog:
         """Rows due and not published yet; a scheduled row counts from its due time, not

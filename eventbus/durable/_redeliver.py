@@ -160,5 +160,6 @@ async def _original_fields(
             causation_id=failure.causation_id,
             # recorded as the event's own id when the envelope had none
             correlation_id=None if correlation == failure.event_id else correlation,
+            version=link.version or 1,
         )
     return env.fields()

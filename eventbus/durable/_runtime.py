@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 
@@ -94,6 +95,8 @@ class Runtime:
     #: emits a lifecycle event (the bus's ``emit`` once attached); never raises
     notify: Callable[[Event], None]
     fault: Fault = _no_fault
+    #: deliveries per (event, field) in which the tolerant reader ignored the field
+    ignored: Counter[tuple[str, str]] = dataclasses.field(init=False, default_factory=Counter)
     scripts: Scripts = dataclasses.field(init=False)
     limiter: LogLimiter = dataclasses.field(init=False)
 

@@ -100,18 +100,42 @@ end
 return kept
 """
 
-#: One XAUTOCLAIM step plus each claimed entry's delivery count. KEYS: stream. ARGV: group,
-#: consumer, min idle ms, cursor, count. Returns {next cursor, entries, deleted ids, counts}.
-#: Deleted ids were in the group's pending list but are gone from the stream (trimmed or
-#: deleted): Redis 7 drops them from the pending list and reports them here.
+#: Schedule a failed entry's retry and record the failure, if this consumer still owns it:
+#: ``XCLAIM ... IDLE n JUSTID`` (the count left alone) and the entry's attempt record.
+#: KEYS: stream, the group's attempt records. ARGV: group, consumer, idle ms, id, record
+#: field, record, record TTL ms. Returns 1, or 0 when another consumer had taken it.
+RETRY = """
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[4], ARGV[4], 1)
+if not (p[1] and p[1][2] == ARGV[2]) then return 0 end
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[4], 'IDLE', ARGV[3], 'JUSTID')
+redis.call('HSET', KEYS[2], ARGV[5], ARGV[6])
+redis.call('PEXPIRE', KEYS[2], ARGV[7])
+return 1
+"""
+
+#: Write an entry's attempt record (before a call alone). KEYS: the group's attempt records.
+#: ARGV: field, record, TTL ms.
+RECORD = """
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+
+#: One XAUTOCLAIM step plus each claimed entry's delivery count and attempt record. KEYS:
+#: stream, the group's attempt records. ARGV: group, consumer, min idle ms, cursor, count,
+#: the record fields' prefix. Returns {next cursor, entries, deleted ids, counts, records}
+#: (a record is "" when there is none). Deleted ids were in the group's pending list but are
+#: gone from the stream (trimmed or deleted): Redis 7 drops them from the pending list and
+#: reports them here.
 RECLAIM = """
 local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'COUNT', ARGV[5])
-local counts = {}
+local counts, records = {}, {}
 for i, e in ipairs(r[2]) do
     local p = redis.call('XPENDING', KEYS[1], ARGV[1], e[1], e[1], 1)
     if p[1] then counts[i] = p[1][4] else counts[i] = 0 end
+    records[i] = redis.call('HGET', KEYS[2], (ARGV[6] or '') .. e[1]) or ''
 end
-return {r[1], r[2], r[3] or {}, counts}
+return {r[1], r[2], r[3] or {}, counts, records}
 """
 
 #: Move an entry to the dead-letter stream: only if it is still pending (so a retried call
@@ -220,6 +244,25 @@ return out
 """
 
 
+#: Leave entries of a newer event version than this consumer reads pending, as if this
+#: delivery had not happened: the idle time and the delivery counter are set back
+#: (``XCLAIM ... IDLE n RETRYCOUNT c JUSTID``), so that a process that reads the version
+#: takes them later, with no delivery of theirs spent. KEYS: stream. ARGV: group, consumer,
+#: idle ms, retry count, ids. Returns the ids that were still ours.
+HOLD = """
+local kept = {}
+for i = 5, #ARGV do
+    local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+    if p[1] and p[1][2] == ARGV[2] then
+        redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'IDLE', ARGV[3],
+                   'RETRYCOUNT', ARGV[4], 'JUSTID')
+        kept[#kept + 1] = ARGV[i]
+    end
+end
+return kept
+"""
+
+
 class Scripts:
     """The scripts registered on one client (``EVALSHA``, loaded again after a restart)."""
 
@@ -227,7 +270,10 @@ class Scripts:
         self.publish: AsyncScript = client.register_script(PUBLISH)
         self.settle: AsyncScript = client.register_script(SETTLE)
         self.renew: AsyncScript = client.register_script(RENEW)
+        self.hold: AsyncScript = client.register_script(HOLD)
         self.reclaim: AsyncScript = client.register_script(RECLAIM)
+        self.retry: AsyncScript = client.register_script(RETRY)
+        self.record: AsyncScript = client.register_script(RECORD)
         self.dead_letter: AsyncScript = client.register_script(DEAD_LETTER)
         self.redeliver: AsyncScript = client.register_script(REDELIVER)
         self.trim: AsyncScript = client.register_script(TRIM)

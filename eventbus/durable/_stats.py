@@ -8,6 +8,7 @@ __all__ = [
     "DurableStatistics",
     "GroupCounters",
     "GroupStatistics",
+    "IgnoredField",
     "JanitorStatistics",
     "RelayCounters",
     "RelayStatistics",
@@ -66,6 +67,9 @@ class GroupCounters:
     leases_lost: int = 0
     redelivered: int = 0
     retried: int = 0
+    suspects: int = 0
+    batches: int = 0
+    held: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -86,7 +90,16 @@ class GroupStatistics:
     leases_lost: int  #: in-flight entries another consumer reclaimed before they finished
     redelivered: int  #: entries read from the group's redelivery stream (replays, retries)
     retried: int  #: failed calls scheduled for another delivery after a growing delay
+    suspects: int  #: entries back after their consumer ended or stalled: each ran alone
+    batches: int  #: transactions shared by several deliveries of a listener taking ``tx``
+    #: entries of a newer event version than this process can read, left pending for a
+    #: process that declares it (each time one came back)
+    held: int
     in_flight: int  #: listener calls running now
+    paused: bool = False  #: its kill switch has stopped reading and reclaiming
+    paused_since: float | None = None  #: Unix time of the episode's first trip
+    resumes_at: float | None = None  #: Unix time the current pause ends
+    trips: int = 0  #: times its kill switch tripped since this process started
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -95,6 +108,16 @@ class JanitorStatistics:
 
     trimmed: int  #: stream entries trimmed (below what every group still needs)
     consumers_deleted: int  #: idle consumers with nothing pending, deleted
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class IgnoredField:
+    """A field of stored payloads that this process's class of the event does not declare,
+    and how many deliveries the tolerant reader ignored it in."""
+
+    event: str
+    field: str
+    count: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -107,6 +130,8 @@ class DurableStatistics:
     relay: RelayStatistics
     janitor: JanitorStatistics
     groups: tuple[GroupStatistics, ...]
+    #: per (event, field), sorted: fields the tolerant reader ignored in deliveries
+    ignored_fields: tuple[IgnoredField, ...] = ()
 
     def group(self, name: str) -> GroupStatistics:
         """The statistics of the group of listener *name* (or of the group *name*).

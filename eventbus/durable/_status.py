@@ -13,6 +13,7 @@ from redis.exceptions import ResponseError
 
 from ._envelope import DeadInfo, text_fields
 from ._keys import StreamKeys
+from ._pauses import PausedConsumer, paused_consumers
 from ._registry import registered_groups
 from ._runtime import AnyRedis
 
@@ -38,6 +39,8 @@ class GroupStatus:
     lag: int | None  #: entries not delivered yet (``None``: Redis cannot tell, after a trim)
     last_delivered: str
     redelivery_pending: int  #: entries of its redelivery stream not acknowledged yet
+    #: the processes whose kill switch paused it now (each pauses on its own)
+    paused: tuple[PausedConsumer, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -106,6 +109,7 @@ async def stream_status(client: AnyRedis, keys: StreamKeys, name: str) -> Stream
         dead = await _length(client, keys.dead(name))
         return StreamStatus(name, stream, 0, None, None, (), dead, tuple(registered))
     groups = []
+    pauses = await paused_consumers(client, keys, name)
     for g in await client.xinfo_groups(stream):
         gname = _text(g["name"])
         lag = g.get("lag")
@@ -124,6 +128,7 @@ async def stream_status(client: AnyRedis, keys: StreamKeys, name: str) -> Stream
                 lag=None if lag is None else int(lag),
                 last_delivered=_text(g["last-delivered-id"]),
                 redelivery_pending=re_pending,
+                paused=tuple(p for p in pauses if p.group == gname),
             )
         )
     first = info.get("first-entry")

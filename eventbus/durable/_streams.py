@@ -33,16 +33,17 @@ from ._events import DurableStarted, DurableStopped, register_durable_events
 from ._handback import backfill, replay, republish
 from ._inbox import Inbox
 from ._keys import StreamKeys, consumer_name, validate_part
-from ._listener import DurableListener, Start, make_listener
+from ._listener import DurableListener, Start, TripOn, make_listener
 from ._options import DurableOptions
 from ._outbox import Outbox, ScheduledRow
+from ._pauses import request_resume
 from ._redeliver import redeliver, redrive
 from ._registry import forget_group, register_group
 from ._relay import Relay
 from ._runtime import AnyRedis, Fault, Runtime, logger, utcnow
 from ._schedule import due_time
 from ._server import check_pool, check_servers, client_from_url
-from ._stats import DurableStatistics, RelayCounters
+from ._stats import DurableStatistics, IgnoredField, RelayCounters
 from ._status import DeadLetter, StreamStatus, dead_letters, discover_events, stream_status
 from ._tables import create_durable_tables, inbox, inbox_table, outbox, outbox_table
 from ._tasks import Tasks
@@ -165,15 +166,20 @@ class RedisStreams:
         *,
         name: str | None = None,
         start: Start = "first",
+        trip_on: type[BaseException] | TripOn | None = None,
     ) -> DurableListener:
         """Add a durable listener: its own consumer group ``service:name`` on the event's stream.
+
+        *trip_on*: the exceptions its group's kill switch counts (default: every one).
 
         Call before the transport starts (a listener added while it runs starts reading at
         once). See :func:`~eventbus.durable._listener.make_listener` for the checks.
 
         :raises DuplicateListenerError: if a durable listener of that name exists
         """
-        listener = make_listener(self.service, event_type, fn, name=name, start=start)
+        listener = make_listener(
+            self.service, event_type, fn, name=name, start=start, trip_on=trip_on
+        )
         _check_durable("on", event_type)
         if listener.event_type not in self.registry:
             raise UnknownEventError(
@@ -381,6 +387,10 @@ class RedisStreams:
             relay=(self.relay.counters if self.relay else RelayCounters()).snapshot(),
             janitor=self._tasks.janitor.statistics(),
             groups=groups,
+            ignored_fields=tuple(
+                IgnoredField(event, field, n)
+                for (event, field), n in sorted(self.rt.ignored.items())
+            ),
         )
 
     def _check_pool(self, listeners: int) -> None:
@@ -440,6 +450,20 @@ class RedisStreams:
     ) -> list[str]:
         """Hand dead letters back to their group; see :func:`~eventbus.durable._handback.replay`."""
         return await replay(self.rt, event, group=group, ids=ids)
+
+    async def resume_group(self, event: str | type[Event], group: str) -> int:
+        """Resume *group* now where its kill switch paused it: in this process at once, in
+        the others at their next check (about a second). Return how many paused consumers
+        were told (0: it was paused nowhere)."""
+        name = _event_name(event)
+        told = set()
+        for consumer in self._tasks.consumers:
+            g = consumer.group
+            if g.name == group and g.listener.event_name == name and g.paused:
+                g.resume_asked.set()
+                told.add(self.rt.consumer)
+        told.update(await request_resume(self.client, self.keys, name, group))
+        return len(told)
 
     async def redeliver(self, failure: FailureRecord) -> str:
         """Hand one dead durable failure back to its group alone (``failures retry``); see

@@ -52,6 +52,8 @@ def outbox_table(name: str = DEFAULT_OUTBOX, meta: sa.MetaData | None = None) ->
         sa.Column("id", _ID, primary_key=True, autoincrement=True),
         sa.Column("event_id", sa.String(64), nullable=False, unique=True),
         sa.Column("name", sa.String(255), nullable=False),
+        # the event type's version that wrote the payload (NULL: a row from before versions, 1)
+        sa.Column("event_version", sa.Integer(), nullable=True),
         sa.Column("aggregate_key", sa.String(255), nullable=True),
         sa.Column("payload", sa.Text(), nullable=False),
         sa.Column("headers", sa.Text(), nullable=True),

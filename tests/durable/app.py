@@ -9,7 +9,8 @@ lock is held across the call), and listeners that take ``tx`` add a ``test_effec
 their transaction (the inbox keeps it to one per event). Dead deliveries go to the
 database's failure table. Kinds: ``effect`` (tx), ``call`` (no tx),
 ``slow:S`` (tx, sleeps S seconds first), ``exit`` (exits the process mid-call), ``fail``
-(raises). ``--pause-at POINT`` makes the relay stop at a fault point (``claimed`` or
+(raises), ``poison:N`` and ``hang:N`` (tx; for order N, exit the process, or block it for
+``HANG`` seconds first). ``--pause-at POINT`` makes the relay stop at a fault point (``claimed`` or
 ``published``) once, printing ``paused POINT``; the test then kills or stops the process.
 
 ``--schedule-ahead A:B`` publishes each event for later, due A to B seconds ahead (spread by
@@ -42,6 +43,10 @@ from eventbus.backends.redis import make_redis_client
 from eventbus.backends.sql import SqlFailureStore, make_engine
 from eventbus.durable import DurableOptions, RedisStreams, current_delivery
 from tests.durable.events import REG, OrderPaid, effects, test_metadata
+
+#: how long a ``hang:N`` listener blocks its process (past a test's visibility, below SQLite's
+#: busy timeout: the blocked call holds the write lock the next consumer waits for)
+HANG = 2.5
 
 
 def say(line: str) -> None:
@@ -106,6 +111,19 @@ def make_listener(
             os._exit(3)
 
         return on_exit
+    if kind.startswith(("poison:", "hang:")):
+        poison = int(kind.split(":", 1)[1])
+        hang = kind.startswith("hang:")
+
+        async def on_poison(e: OrderPaid, tx: AsyncConnection) -> None:
+            record_call(calls_path, name, e, consumer)
+            if e.order_id == poison:
+                if hang:  # blocks the event loop past visibility: no lease is renewed
+                    time.sleep(HANG)  # noqa: ASYNC251 (the point: a stalled process)
+                os._exit(3)
+            await effect(tx, e)
+
+        return on_poison
     if kind == "fail":
 
         async def on_fail(e: OrderPaid) -> None:
@@ -134,6 +152,7 @@ async def main(args: argparse.Namespace) -> None:
     options = DurableOptions(
         visibility=args.visibility,
         max_deliveries=args.max_deliveries,
+        concurrency=args.concurrency,
         retry_backoff=min(args.retry_backoff, args.visibility),
         lease=args.lease,
         poll_interval=args.poll,
@@ -229,6 +248,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--listener", action="append", default=[])
     p.add_argument("--visibility", type=float, default=1.0)
     p.add_argument("--max-deliveries", type=int, default=5)
+    p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--retry-backoff", type=float, default=0.1)
     p.add_argument("--lease", type=float, default=1.0)
     p.add_argument("--poll", type=float, default=0.1)

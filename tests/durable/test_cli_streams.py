@@ -17,6 +17,7 @@ from eventbus._cli._main import main
 from eventbus.backends.redis import make_redis_client
 from eventbus.backends.sql import make_engine
 from eventbus.durable import DeadLettered, DurableOptions, RedisStreams
+from eventbus.durable._pauses import pause_value
 from tests.durable.conftest import FAST
 from tests.durable.events import REG, OrderPaid
 from tests.redis_server import free_port
@@ -205,5 +206,35 @@ def test_declare_forget_and_backfill_a_group(
         )  # fmt: skip
         assert (code, out) == (0, "2 events handed to group audit:log\n")
         assert sync.xlen("eventbus:evt:{order.paid}:re:audit:log") == 2
+    finally:
+        sync.close()
+
+
+def test_status_shows_a_paused_group_and_resume_tells_its_processes(
+    filled: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, _ = filled
+    sync = SyncRedis.from_url(url)
+    key = "eventbus:evt:{order.paid}:paused"
+    try:  # what a paused process keeps there (the in-process tests pause one for real)
+        sync.hset(key, "svc:ok/host-1-abc", pause_value(0.0, 3600.0, 12, 20))
+        code, out, _ = run(capsys, "streams", "status", "--redis", url, "--no-db")
+        assert code == 0
+        assert (
+            "  svc:ok in host-1-abc: paused since 00:00:00 UTC, resumes at 01:00:00 UTC "
+            "(12 of 20 deliveries failed)"
+        ) in out
+        code, out, _ = run(capsys, "streams", "status", "--redis", url, "--no-db", "--json")
+        [ok] = [g for g in json.loads(out)["streams"][0]["groups"] if g["name"] == "svc:ok"]
+        assert ok["paused"][0]["consumer"] == "host-1-abc"
+        code, out, _ = run(
+            capsys, "streams", "resume", "order.paid", "--group", "svc:ok", "--redis", url
+        )
+        assert (code, out) == (0, "group svc:ok of order.paid: 1 paused process told to resume\n")
+        assert sync.hget(key, "svc:ok/host-1-abc") == b"resume"
+        code, out, _ = run(
+            capsys, "streams", "resume", "order.paid", "--group", "svc:ok", "--redis", url
+        )
+        assert (code, out) == (0, "group svc:ok of order.paid is paused nowhere\n")
     finally:
         sync.close()

@@ -176,49 +176,59 @@ async def _publish(streams: RedisStreams, engine: AsyncEngine, *order_ids: int) 
         await streams.publish_many([OrderPaid(order_id=i) for i in order_ids], conn)
 
 
+@pytest.mark.parametrize("orders", [1, 3], ids=["alone", "batch"])
 async def test_a_commit_on_a_silent_database_waits_at_most_db_timeout(
-    make_streams: Factory, own_postgres: PostgresServer, pg_url: str
+    make_streams: Factory, own_postgres: PostgresServer, pg_url: str, orders: int
 ) -> None:
     """Regression test: a listener taking ``tx`` returned while PostgreSQL was paused; the
     commit waited as long as the pause lasted, holding the call's slot and renewing its
     lease. Now the commit gives up after ``db_timeout`` and the call is retried: one effect
     once the database answers again (the first commit, sent before the pause, may land: the
-    retry then finds the inbox row)."""
+    retry then finds the inbox row). With several entries read together the batch's one
+    commit is bounded the same way (every call of the batch fails, and is retried)."""
     engine = make_engine(pg_url)
     async with engine.begin() as conn:
         await conn.run_sync(test_metadata.create_all)
     await create_durable_tables(engine)
     streams = make_streams(engine=engine, options=replace(FAST, db_timeout=0.5))
     entered, paused = anyio.Event(), anyio.Event()
+    calls = 0
 
     async def grant(e: OrderPaid, tx: AsyncConnection) -> None:
-        await tx.execute(effects.insert().values(listener="grant", event_id="", order_id=1))
-        entered.set()
-        await paused.wait()  # the database stops answering before the commit
+        nonlocal calls
+        calls += 1
+        await tx.execute(
+            effects.insert().values(listener="grant", event_id="", order_id=e.order_id)
+        )
+        if calls == orders:  # the batch's last call: the database stops before the commit
+            entered.set()
+            await paused.wait()
 
     streams.subscribe(OrderPaid, grant, name="grant")
     try:
         async with streams:
-            await _publish(streams, engine, 1)
+            await _publish(streams, engine, *range(1, orders + 1))
             with anyio.fail_after(10):
                 await entered.wait()
             own_postgres.pause()
             try:
                 paused.set()
                 await wait_until(
-                    lambda: streams.statistics().group("grant").failed == 1,
+                    lambda: streams.statistics().group("grant").failed == orders,
                     what="the commit cut short",
                     within=5,
                 )
             finally:
                 own_postgres.resume()
-            await wait_until(lambda: _ended(streams), what="the retry")
-        assert [r.order_id for r in await effect_rows(engine)] == [1]
+            await wait_until(lambda: _ended(streams, orders), what="the retries")
+        assert sorted(r.order_id for r in await effect_rows(engine)) == list(range(1, orders + 1))
+        if orders > 1:
+            assert streams.statistics().group("grant").batches >= 1
     finally:
         own_postgres.resume()
         await engine.dispose()
 
 
-def _ended(streams: RedisStreams) -> bool:
+def _ended(streams: RedisStreams, orders: int = 1) -> bool:
     group = streams.statistics().group("grant")
-    return group.succeeded + group.duplicates == 1
+    return group.succeeded + group.duplicates == orders

@@ -105,8 +105,13 @@ CASES = {
     "payload-not-json": Garbage({**GOOD, "payload": "{not json"}, "stored payload is not JSON"),
     "payload-a-list": Garbage({**GOOD, "payload": "[1, 2]"}, "is a JSON list, not an object"),
     "payload-missing-field": Garbage({**GOOD, "payload": "{}"}, "PayloadError"),
-    "payload-unknown-field": Garbage(
-        {**GOOD, "payload": '{"order_id": 2, "x": 1}'}, "PayloadError"
+    # a newer publisher's field: the tolerant reader of durable types ignores it (counted)
+    "payload-unknown-field": Garbage({**GOOD, "payload": '{"order_id": 2, "x": 1}'}, None),
+    "event_version-text": Garbage({**GOOD, "event_version": "x"}, "event_version 'x' is not"),
+    "event_version-0": Garbage({**GOOD, "event_version": "0"}, "event_version '0' is not"),
+    "event_version-superscript": Garbage({**GOOD, "event_version": "\u00b2"}, "is not an int"),
+    "event_version-10k": Garbage(
+        {**GOOD, "event_version": "9" * 10_000}, "(10000 characters) is not an int"
     ),
     "headers-not-json": Garbage({**GOOD, "headers": "{bad"}, "headers are not a JSON object"),
     "headers-a-list": Garbage({**GOOD, "headers": "[1]"}, "headers are not a JSON object"),

@@ -114,7 +114,9 @@ async def test_a_row_carries_ids_and_headers_into_the_envelope(
         b"causation_id": b"c1",
         b"correlation_id": b"k1",
         b"headers": b'{"tenant": "acme"}',
+        b"event_version": b"1",
     }
+    assert row.event_version == 1
     assert row.published_at is not None and row.stream_id is not None
     assert (row.lease_owner, row.attempts) == (None, 1)
 

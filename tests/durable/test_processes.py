@@ -12,6 +12,7 @@ import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -171,9 +172,9 @@ async def test_f9_a_listener_that_kills_its_process_still_ends_dead(
     stats = await last.stop()
     assert len(call_rows(calls_file)) == 3  # exactly max_deliveries calls
     assert stats["groups"][0]["dead"] == 1
-    assert rec.status == FailureStatus.DEAD and rec.attempts == 4
+    assert rec.status == FailureStatus.DEAD and rec.attempts == 3  # calls, not deliveries
     assert rec.error_type.endswith(DeliveriesExhaustedError.__qualname__)
-    assert "delivered 4 times" in rec.message
+    assert "the process ended" in rec.message and "while it ran, 3 times" in rec.message
 
 
 async def _dead(store: SqlFailureStore) -> bool:
@@ -288,3 +289,28 @@ async def test_f17_sigterm_mid_call_stops_without_acknowledging(
     await wait_until(lambda: n_effects(engine, 1), what="the redelivery")
     await second.stop()
     assert [c.consumer for c in call_rows(calls_file)] == ["first", "second"]
+
+
+async def test_a_consumer_killed_between_a_batch_commit_and_its_acks_repeats_no_effect(
+    apps: Apps, engine: AsyncEngine, client: Redis, calls_file: Path
+) -> None:
+    doomed = await apps(
+        "--listener", "grant=effect", "--concurrency", "20", "--publish", "20",
+        "--pause-at", "batch-committed", ready="paused batch-committed",
+    )  # fmt: skip
+    doomed.kill()  # the batch committed (effects and inbox rows), nothing acknowledged
+    await doomed.proc.wait()
+    committed = len(await effect_rows(engine))
+    assert committed > 1
+    replica = await apps("--listener", "grant=effect")
+    await wait_until(lambda: _none_pending(client), what="the acknowledgements")
+    stats = await replica.stop()
+    [group] = stats["groups"]
+    assert group["duplicates"] == committed  # the inbox found each committed one
+    assert Counter(r.order_id for r in await effect_rows(engine)) == Counter(range(20))
+    assert len(call_rows(calls_file)) == 20  # no committed call ran again
+
+
+async def _none_pending(client: Redis) -> bool:
+    summary: Any = await client.xpending(STREAM, "svc:grant")
+    return bool(summary["pending"] == 0)

@@ -301,6 +301,8 @@ async def test_read_only_shows_no_action_and_refuses_every_post(
         csrf = await login(client)
         for path in view_paths(bus, failure_id):
             page = (await client.get(path)).text
+            if path.endswith(".json"):  # a download (the events' AsyncAPI document)
+                continue
             forms = re.findall(r'<form[^>]*method="post"[^>]*action="([^"]+)"', page)
             assert forms == ["/ops/logout"], path
             assert "Read-only" in page

@@ -108,7 +108,7 @@ def dead_ids(page: str) -> list[str]:
 async def test_the_page_shows_each_group_and_replays_a_dead_letter(
     bus: EventBus, engine: AsyncEngine, fragile: Fragile, dead_letters: list[DeadLettered]
 ) -> None:
-    assert [p.slug for p in bus_pages(bus)] == ["failures", "bus", "streams"]
+    assert [p.slug for p in bus_pages(bus)] == ["failures", "bus", "events", "streams"]
     async with console_client(bus) as (http, console):
         csrf = await login(http)
         await publish(bus, engine, 1, 2)
@@ -242,7 +242,7 @@ async def test_unreachable_redis_is_a_page_that_says_so(engine: AsyncEngine) -> 
 
 
 def test_the_page_needs_a_durable_transport() -> None:
-    assert [p.slug for p in bus_pages(EventBus(REG))] == ["failures", "bus"]
+    assert [p.slug for p in bus_pages(EventBus(REG))] == ["failures", "bus", "events"]
     with pytest.raises(TypeError, match="StreamsPage needs a bus with a durable transport"):
         StreamsPage(EventBus(REG))
 
@@ -280,3 +280,41 @@ async def test_the_page_lists_scheduled_events_and_cancels_one(
         outcomes = [(e.action, e.outcome) for e in console.audit.entries(limit=3)]
         assert outcomes.count(("streams.cancel", "refused")) == 2
         assert ("streams.cancel", "ok") in outcomes
+
+
+async def test_a_paused_group_shows_its_badge_and_is_resumed_from_the_page(
+    client: Redis, engine: AsyncEngine, fragile: Fragile
+) -> None:
+    options = dataclasses.replace(FAST, max_deliveries=5, trip_after=3, pause=60, max_pause=60)
+    streams = RedisStreams(
+        client,
+        engine,
+        service="svc",
+        registry=REG,
+        options=options,
+        prefix=f"console-{uuid.uuid4().hex[:8]}",
+    )
+    bus = EventBus(REG, MemoryFailureStore(), durable=streams)
+    bus.on(OrderPaid, fragile, durable=True, name="fragile")
+    async with console_client(bus) as (http, console):
+        csrf = await login(http)
+        await publish(bus, engine, 1, 2, 3, 4)
+
+        async def badge() -> bool:
+            return "paused since <time" in (await http.get("/ops/streams")).text
+
+        await wait_until(badge, what="the paused badge")
+        page = (await http.get("/ops/streams")).text
+        assert "resumes at <time" in page and f'data-consumer="{streams.consumer}"' in page
+        fragile.broken = False
+        data = {"csrf": csrf, "event": "order.paid", "group": "svc:fragile"}
+        r = await http.post("/ops/streams/resume", data=data)
+        assert r.status_code == 303
+        page = (await http.get(r.headers["location"])).text
+        assert result_banner(page).startswith("Told 1 paused process of group svc:fragile")
+        await wait_until(lambda: sorted(fragile.handled) == [1, 2, 3, 4], what="every event")
+        assert not streams.statistics().group("fragile").paused
+        r = await http.post("/ops/streams/resume", data=data)
+        assert r.status_code == 404 and "is paused nowhere" in html.unescape(r.text)
+        [refused, ok] = console.audit.entries(limit=2)
+        assert (ok.action, ok.outcome, refused.outcome) == ("streams.resume", "ok", "refused")
