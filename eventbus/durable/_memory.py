@@ -5,7 +5,10 @@ writes the same row in the caller's transaction, ``cancel_scheduled`` deletes it
 taking ``tx`` inserts the same inbox row in its transaction. Only the streams are in memory:
 a committed row that is due is handed to every listener's group (its own queue), and each
 entry is delivered one at a time, in order, until it succeeds, or is dead after
-``max_deliveries`` (a failure row in the bus's store, ``DeadLettered`` emitted).
+``max_deliveries`` (a failure row in the bus's store, ``DeadLettered`` emitted). Payloads are
+read as ``RedisStreams`` reads them (:func:`eventbus._stored.decode_stored`: the stored
+version upcast, unknown fields ignored where the type says so); one that cannot be decoded is
+dead at once, and a newer version the type cannot read stays queued, never delivered nor dead.
 
 Time comes from a clock: the real one by default, or a :class:`VirtualClock` that the test
 moves (``clock.advance(timedelta(hours=24))``) to make scheduled events and retries due.
@@ -19,6 +22,7 @@ import dataclasses
 import functools
 import itertools
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
@@ -29,10 +33,10 @@ import anyio
 from anyio.abc import TaskGroup
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
-from .._codec import decode_payload
 from .._events import Event, EventRegistry, default_registry
 from .._exceptions import DuplicateListenerError, UnknownEventError
 from .._failures import FailureRecord, FailureStatus, safe_str
+from .._stored import decode_stored, readable
 from ..abc import FailureStore
 from ..backends.memory import MemoryFailureStore
 from ..backends.sql import make_engine
@@ -41,7 +45,7 @@ from ._envelope import Envelope
 from ._events import DeadLettered, register_durable_events
 from ._inbox import Inbox
 from ._link import DurableLink, failure_id
-from ._listener import DurableListener, Start, make_listener
+from ._listener import DurableListener, Start, TripOn, make_listener
 from ._options import DurableOptions
 from ._outbox import Outbox, ScheduledRow
 from ._schedule import due_time
@@ -104,6 +108,8 @@ class _Entry:
 class _Group:
     listener: DurableListener
     queue: list[_Entry] = dataclasses.field(default_factory=list)
+    #: stored versions this group's type cannot read, warned about once each
+    unreadable: set[int] = dataclasses.field(default_factory=set)
 
 
 class MemoryStreams:
@@ -157,6 +163,8 @@ class MemoryStreams:
         self.notify: Callable[[Event], None] = _no_notify
         #: events that died, as the failure rows recorded for them
         self.dead: list[FailureRecord] = []
+        #: stored fields the tolerant reader ignored, per (event, field)
+        self.ignored: Counter[tuple[str, str]] = Counter()
 
     def _wake(self) -> None:
         self._wakeup.set()
@@ -180,13 +188,18 @@ class MemoryStreams:
         *,
         name: str | None = None,
         start: Start = "first",
+        trip_on: type[BaseException] | TripOn | None = None,
     ) -> DurableListener:
         """Add a durable listener: its own group ``service:name``, which gets the events
-        committed from now on.
+        committed from now on. *trip_on* is checked as ``RedisStreams`` checks it, so an
+        application's listeners subscribe here unchanged; there is no kill switch in memory
+        (every failure is retried, then dead, as a failure ``trip_on`` does not name).
 
         :raises DuplicateListenerError: if a durable listener of that name exists
         """
-        listener = make_listener(self.service, event_type, fn, name=name, start=start)
+        listener = make_listener(
+            self.service, event_type, fn, name=name, start=start, trip_on=trip_on
+        )
         _check_durable("on", event_type)
         if listener.event_type not in self.registry:
             raise UnknownEventError(
@@ -389,10 +402,34 @@ class MemoryStreams:
 
     async def _deliver_due(self, group: _Group) -> int:
         now = self.clock()
-        due = [e for e in group.queue if e.not_before is None or e.not_before <= now]
+        due = [
+            e
+            for e in group.queue
+            if (e.not_before is None or e.not_before <= now) and self._readable(group, e.env)
+        ]
         for entry in due:
             await self._deliver(group, entry)
         return len(due)
+
+    def _readable(self, group: _Group, env: Envelope) -> bool:
+        """Whether *group*'s type reads *env*'s version; a newer one it cannot read stays
+        queued, as ``RedisStreams`` leaves it pending (one WARNING per group and version)."""
+        if readable(self.registry, env.name, env.version):
+            return True
+        if env.version not in group.unreadable:
+            group.unreadable.add(env.version)
+            logger.warning(
+                "durable listener %r (group %r): event %r (%s) is stored at version %d, but "
+                "this process declares version %d with unknown_fields='reject'; left pending, "
+                "not dead (logged once per group and version)",
+                group.listener.name,
+                group.listener.group,
+                env.name,
+                env.event_id,
+                env.version,
+                self.registry.get(env.name).__event_version__,
+            )
+        return False
 
     async def _deliver(self, group: _Group, entry: _Entry) -> None:
         listener, opts = group.listener, self.options
@@ -401,10 +438,17 @@ class MemoryStreams:
         delivery = Delivery.of(
             env, group=listener.group, entry_id=entry.id, deliveries=entry.deliveries
         )
-        token = delivery_var.set(delivery)
-        event: Event | None = None
         try:
-            event = decode_payload(self.registry, env.name, env.payload)
+            stored = decode_stored(self.registry, env.name, env.payload, env.version)
+        except Exception as exc:  # the same bytes fail the same way every time: no retry
+            group.queue.remove(entry)
+            await self._dead(group, entry, None, exc)
+            return
+        for field in stored.ignored:
+            self.ignored[env.name, field] += 1
+        event = stored.event
+        token = delivery_var.set(delivery)
+        try:
             await self._call(listener, event, env)
         except Exception as exc:
             if entry.deliveries >= opts.max_deliveries:
@@ -479,7 +523,15 @@ class MemoryStreams:
                 causation_id=env.causation_id,
                 correlation_id=correlation,
             )
-        link = DurableLink(listener.group, stream, entry.id, entry.deliveries, env.seq)
+        link = DurableLink(
+            listener.group,
+            stream,
+            entry.id,
+            entry.deliveries,
+            env.seq,
+            occurred_at=env.occurred_at,
+            version=env.version,
+        )
         rec = base.replace(
             id=fid,
             payload=env.payload,

@@ -5,28 +5,73 @@ server), both on a real SQLite database. What needs a second process or a Redis 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from eventbus import EventBus, FailureStatus, MemoryFailureStore
+from eventbus import Event, EventBus, EventRegistry, FailureStatus, MemoryFailureStore, upcaster
 from eventbus.abc import DurableTransport
 from eventbus.durable import DeadLettered, NoTransactionError, current_delivery
+from eventbus.durable._outbox import Outbox
+from eventbus.durable._tables import outbox
 from eventbus.testing import MemoryStreams
 from tests.durable.conftest import FAST, Factory, effect_rows, wait_until
 from tests.durable.events import REG, OrderPaid, effects
 
+#: what publishers of other versions of ``order.paid`` declare (their rows are written
+#: straight to the outbox, as their own processes would)
+V1, V2, V3, STRICT = EventRegistry(), EventRegistry(), EventRegistry(), EventRegistry()
+
+
+class PaidV1(Event, name="order.paid", registry=V1, durable=True):
+    order_id: int
+    amount: float
+
+
+class PaidV2(Event, name="order.paid", registry=V2, durable=True, version=2):
+    order_id: int
+    cents: int
+
+
+@upcaster("order.paid", from_version=1, registry=V2)
+def _cents(old: dict[str, Any]) -> dict[str, Any]:
+    return {"order_id": old["order_id"], "cents": round(old["amount"] * 100)}
+
+
+class PaidV3(Event, name="order.paid", registry=V3, durable=True, version=3):
+    order_id: int
+    cents: int
+    currency: str
+
+
+class StrictV2(
+    Event, name="order.paid", registry=STRICT, durable=True, version=2, unknown_fields="reject"
+):
+    """A reader of version 2 that refuses fields it does not declare."""
+
+    order_id: int
+    cents: int
+
+
+Build = Callable[[EventRegistry], DurableTransport]
+
 
 @pytest.fixture(params=["redis", "memory"])
-def transport(request: pytest.FixtureRequest, engine: AsyncEngine) -> Iterator[DurableTransport]:
+def build(request: pytest.FixtureRequest, engine: AsyncEngine) -> Build:
+    """The transport under test, decoding with a given registry."""
     if request.param == "redis":
         make_streams: Factory = request.getfixturevalue("make_streams")
-        yield make_streams()
-    else:
-        yield MemoryStreams(engine, service="svc", registry=REG, options=FAST)
+        return lambda registry: make_streams(registry=registry)
+    return lambda registry: MemoryStreams(engine, service="svc", registry=registry, options=FAST)
+
+
+@pytest.fixture
+def transport(build: Build) -> Iterator[DurableTransport]:
+    yield build(REG)
 
 
 @pytest.fixture
@@ -158,6 +203,73 @@ async def test_scheduled_events_come_at_their_time_and_cancelled_ones_never(
         async with engine.begin() as conn:
             assert await bus.cancel_scheduled(kept, conn) is False
     assert all(at >= due for _, at in got)
+
+
+async def _write(engine: AsyncEngine, *events: Event) -> None:
+    """Rows as a publisher declaring *events*' versions writes them."""
+    async with engine.begin() as conn:
+        await Outbox(outbox).write(conn, list(events), now=datetime.now(UTC))
+
+
+async def test_an_older_stored_version_reaches_the_listener_through_its_upcasters(
+    build: Build, engine: AsyncEngine
+) -> None:
+    bus = EventBus(V2, MemoryFailureStore(), durable=build(V2))
+    got: list[PaidV2] = []
+    bus.on(PaidV2, got.append, durable=True, name="r")
+    async with bus:
+        await _write(engine, PaidV1(order_id=1, amount=2.5))
+        await wait_until(lambda: len(got) == 1, what="the upcast event")
+    assert got == [PaidV2(order_id=1, cents=250)]
+
+
+async def test_a_newer_version_is_read_tolerantly_by_a_type_that_ignores_unknown_fields(
+    bus: EventBus, engine: AsyncEngine
+) -> None:
+    got: list[OrderPaid] = []
+    bus.on(OrderPaid, got.append, durable=True, name="r")
+    async with bus:
+        await _write(engine, PaidV3(order_id=4, cents=1, currency="EUR"))
+        await wait_until(lambda: len(got) == 1, what="the tolerant read")
+    assert got == [OrderPaid(order_id=4)]
+    assert await bus.failures.query() == []
+
+
+async def test_a_newer_version_a_strict_type_cannot_read_is_held_not_dead(
+    build: Build, engine: AsyncEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    bus = EventBus(STRICT, MemoryFailureStore(), durable=build(STRICT))
+    got: list[int] = []
+    bus.on(StrictV2, lambda e: got.append(e.order_id), durable=True, name="r")
+    async with bus:
+        await _write(engine, PaidV3(order_id=1, cents=1, currency="EUR"))
+        await _write(engine, PaidV2(order_id=2, cents=2))  # after it: delivered, not blocked
+        await wait_until(lambda: got == [2], what="the readable event")
+        await wait_until(lambda: _held(caplog), what="the warning of the held version")
+        assert await bus.failures.query() == []
+    assert got == [2]
+
+
+def _held(caplog: pytest.LogCaptureFixture) -> bool:
+    return any("left pending, not dead" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_payload_that_cannot_be_decoded_is_dead_at_its_first_delivery(
+    bus: EventBus, engine: AsyncEngine
+) -> None:
+    bad = EventRegistry()
+
+    class Garbled(Event, name="order.paid", registry=bad, durable=True):
+        order_id: str
+
+    calls: list[OrderPaid] = []
+    bus.on(OrderPaid, calls.append, durable=True, name="r")
+    async with bus:
+        await _write(engine, Garbled(order_id="not a number"))
+        await wait_until(lambda: _status(bus, FailureStatus.DEAD), what="the dead letter")
+        [rec] = await bus.failures.query()
+    assert calls == [] and rec.durable_deliveries == 1
+    assert "cannot rebuild int" in rec.message and " version=1" in (rec.note or "")
 
 
 async def _effects(engine: AsyncEngine, n: int) -> bool:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from eventbus import FailureStatus, MemoryFailureStore
+from eventbus import EventBus, FailureStatus, MemoryFailureStore
 from eventbus.durable import create_durable_tables
 from eventbus.testing import MemoryStreams, VirtualClock
 from tests.durable.conftest import FAST
@@ -74,3 +74,26 @@ def test_a_naive_start_or_a_backward_step_is_refused() -> None:
         VirtualClock(datetime(2030, 1, 1))
     with pytest.raises(ValueError, match="by=.* is negative"):
         VirtualClock().advance(timedelta(seconds=-1))
+
+
+async def test_a_listener_declared_with_trip_on_subscribes_and_its_failures_retry(
+    tables: AsyncEngine,
+) -> None:
+    clock = VirtualClock()
+    streams = MemoryStreams(tables, service="svc", registry=REG, options=FAST, clock=clock)
+    bus = EventBus(REG, MemoryFailureStore(), durable=streams)
+    calls: list[int] = []
+
+    @bus.on(OrderPaid, durable=True, name="grant", trip_on=(ConnectionError,))
+    async def grant(e: OrderPaid) -> None:
+        calls.append(e.order_id)
+        if len(calls) == 1:
+            raise ConnectionError("the API is down")
+
+    async with tables.begin() as conn:
+        await bus.publish(OrderPaid(order_id=1), conn)
+    assert await streams.drain() == 1 and calls == [1]
+    clock.advance(timedelta(seconds=1))
+    assert await streams.drain() == 1 and calls == [1, 1]
+    with pytest.raises(TypeError, match="trip_on"):
+        bus.on(OrderPaid, print, durable=True, name="bad", trip_on=("not an exception",))  # type: ignore[call-overload]
