@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from anyio.abc import TaskGroup
@@ -139,8 +139,15 @@ class DurableTransport(Protocol):
         causation_id: str | None = None,
         correlation_id: str | None = None,
         headers: dict[str, str] | None = None,
+        deliver_at: datetime | None = None,
+        delay: timedelta | None = None,
     ) -> str:
-        """Write *event* in *conn*'s open transaction; return its event id."""
+        """Write *event* in *conn*'s open transaction, for delivery now or at *deliver_at*
+        (or after *delay*); return its event id."""
+        ...
+
+    async def cancel_scheduled(self, event_id: str, conn: Any) -> bool:
+        """Remove a scheduled event not yet published, in *conn*'s open transaction."""
         ...
 
     async def start(self, task_group: TaskGroup) -> None:

@@ -7,6 +7,10 @@ In the spirit of blinker's ``connected_to()``: small, public, and tested as API.
   (:func:`call_order`); either can be told to fail.
 * :func:`capture_failures` collects the :class:`~eventbus.FailureRecord` objects a bus records
   while the block is active, with assertion helpers.
+* :class:`MemoryStreams` (with :class:`VirtualClock`) runs durable listeners with no Redis:
+  the real outbox and inbox on the test's own engine, the streams in memory (imported on
+  first use: it needs SQLAlchemy); :func:`check_idempotency` tells whether a durable
+  listener's effects change when an event is delivered again.
 * :func:`fresh_registry` and :func:`running_bus` isolate a test from the default registry and
   run a bus that fails loudly on failures nobody expected (the pytest fixture ``event_bus``,
   from the plugin this package registers, does the same per test).
@@ -20,7 +24,7 @@ import re
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
@@ -29,18 +33,55 @@ from ._core._listeners import default_listener_name
 from ._events import Event, EventRegistry, validate_events
 from ._failures import FailureRecord
 
+if TYPE_CHECKING:
+    from .durable._idempotency import DeliveryOutcome as DeliveryOutcome
+    from .durable._idempotency import IdempotencyReport as IdempotencyReport
+    from .durable._idempotency import check_idempotency as check_idempotency
+    from .durable._memory import MemoryStreams as MemoryStreams
+    from .durable._memory import VirtualClock as VirtualClock
+
 __all__ = [
     "AsyncRecordingListener",
+    "DeliveryOutcome",
     "FailureCapture",
+    "IdempotencyReport",
+    "MemoryStreams",
     "RecordedCall",
     "RecordingListener",
     "UnexpectedFailuresError",
+    "VirtualClock",
     "call_order",
     "capture_failures",
+    "check_idempotency",
     "fresh_registry",
     "running_bus",
     "unchecked_events",
 ]
+
+_DURABLE = {
+    "DeliveryOutcome": "_idempotency",
+    "IdempotencyReport": "_idempotency",
+    "MemoryStreams": "_memory",
+    "VirtualClock": "_memory",
+    "check_idempotency": "_idempotency",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The durable helpers, imported on first use (they load SQLAlchemy)."""
+    if name not in _DURABLE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    from ._public import show_as_module
+
+    found = {
+        n: getattr(importlib.import_module(f"eventbus.durable.{m}"), n) for n, m in _DURABLE.items()
+    }
+    show_as_module(__name__, *found.values(), within="eventbus")
+    globals().update(found)
+    return found[name]
+
 
 # One sequence for the whole process, so calls of different listeners can be ordered.
 _sequence = itertools.count(1)

@@ -1,8 +1,10 @@
 """``python -m eventbus streams ACTION``: operate durable events (``status``, ``pending``,
-``dead``, ``replay``, ``republish``, ``declare``, ``forget``, ``backfill``, ``redrive``).
+``dead``, ``replay``, ``republish``, ``declare``, ``forget``, ``backfill``, ``redrive``,
+``scheduled``, ``cancel``).
 
 Every command takes ``--redis`` (default ``$EVENTBUS_REDIS``, else ``redis://127.0.0.1:6379/0``)
-and ``--prefix``; ``status``, ``republish``, ``backfill`` and ``redrive`` also read the outbox
+and ``--prefix``; ``status``, ``republish``, ``backfill``, ``redrive``, ``scheduled`` and
+``cancel`` also read the outbox
 (``redrive`` the failure table too) through ``--db`` (the same rule as ``failures``). Nothing
 here needs the application's code: streams are found by ``SCAN``, envelopes are shown as
 stored. Exit codes as for ``failures``: 0 success, 1 Redis or the database failed, 2 bad
@@ -131,6 +133,18 @@ def add_streams_parser(
     )
     p.set_defaults(handler=_redrive)
 
+    p = sub.add_parser(
+        "scheduled", parents=[common, db], help="events published for later, soonest first"
+    )
+    p.add_argument("--limit", type=positive_int, default=50, metavar="N", help="default: 50")
+    p.set_defaults(handler=_scheduled)
+
+    p = sub.add_parser(
+        "cancel", parents=[common, db], help="cancel scheduled events not yet published"
+    )
+    p.add_argument("ids", nargs="+", metavar="EVENT_ID", help="event ids ('streams scheduled')")
+    p.set_defaults(handler=_cancel)
+
 
 def _transport(args: argparse.Namespace, *, db: bool) -> RedisStreams:
     from ..backends.sql import database_url, default_db_url
@@ -162,7 +176,8 @@ async def _run(args: argparse.Namespace, work: Callable[[RedisStreams], Awaitabl
 
     streams = _transport(
         args,
-        db=args.action in ("status", "republish", "backfill", "redrive") and not _no_db(args),
+        db=args.action in ("status", "republish", "backfill", "redrive", "scheduled", "cancel")
+        and not _no_db(args),
     )
     try:
         return await work(streams)
@@ -443,6 +458,57 @@ async def _redrive(args: argparse.Namespace) -> int:
         if args.json:
             _print_json(out)
         return EXIT_OK
+
+    return await _run(args, work)
+
+
+async def _scheduled(args: argparse.Namespace) -> int:
+    async def work(streams: RedisStreams) -> int:
+        found = await streams.scheduled(limit=args.limit)
+        if args.json:
+            _print_json([_plain(row) for row in found])
+        elif not found:
+            print("no scheduled events")
+        else:
+            _table(
+                ("DUE (UTC)", "EVENT", "KEY", "EVENT ID"),
+                [
+                    (
+                        row.due_at.isoformat(timespec="milliseconds"),
+                        row.name,
+                        row.aggregate_key or "-",
+                        row.event_id,
+                    )
+                    for row in found
+                ],
+            )
+        return EXIT_OK
+
+    return await _run(args, work)
+
+
+async def _cancel(args: argparse.Namespace) -> int:
+    async def work(streams: RedisStreams) -> int:
+        results: dict[str, bool] = {}
+        for event_id in args.ids:
+            async with streams.engine.begin() as conn:
+                results[event_id] = await streams.cancel_scheduled(event_id, conn)
+        if args.json:
+            _print_json(
+                {
+                    "cancelled": [k for k, v in results.items() if v],
+                    "not_cancelled": [k for k, v in results.items() if not v],
+                }
+            )
+        else:
+            for event_id, done in results.items():
+                state = (
+                    "cancelled"
+                    if done
+                    else "not cancelled: already published, being published, or unknown"
+                )
+                print(f"{event_id}  {state}")
+        return EXIT_OK if all(results.values()) else EXIT_ERROR
 
     return await _run(args, work)
 

@@ -25,6 +25,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar, Unpack, overload
 
 import anyio
@@ -631,6 +632,8 @@ class EventBus:
         causation_id: str | None = None,
         correlation_id: str | None = None,
         headers: dict[str, str] | None = None,
+        deliver_at: datetime | None = None,
+        delay: timedelta | None = None,
     ) -> str:
         """Write a durable event in the caller's open transaction (*conn*, an
         ``AsyncConnection`` or ``AsyncSession``): once committed, every durable listener of
@@ -644,10 +647,15 @@ class EventBus:
         :param correlation_id: the id shared by everything one request caused; default, while a
             listener runs: its emission's ``correlation_id``
         :param headers: small text values carried in the envelope
+        :param deliver_at: an aware datetime: deliver at or after it, never before (a
+            scheduled event, which :meth:`cancel_scheduled` can remove until it is published)
+        :param delay: a ``timedelta``: deliver that long after now (instead of *deliver_at*)
         :return: the event id, which the envelope and ``current_delivery()`` carry
         :raises DurableError: if the bus has no durable transport, or the event's type was
             not declared ``durable=True``
         :raises NoTransactionError: if *conn* has no open transaction
+        :raises ValueError: naming the argument: a naive *deliver_at*, one more than a few
+            seconds in the past, a negative *delay*, or both given
         """
         transport = self._durable_transport("publish", event)
         if causation_id is None or correlation_id is None:
@@ -664,7 +672,27 @@ class EventBus:
             causation_id=causation_id,
             correlation_id=correlation_id,
             headers=headers,
+            deliver_at=deliver_at,
+            delay=delay,
         )
+
+    async def cancel_scheduled(self, event_id: str, conn: Any, /) -> bool:
+        """Remove a scheduled durable event in the caller's open transaction (*conn*):
+        committed, it is never delivered.
+
+        :return: ``False`` (and an INFO log line) if it was already published, is being
+            published this moment, was cancelled before, or is unknown: it may be delivered
+        :raises DurableError: if the bus has no durable transport
+        :raises NoTransactionError: if *conn* has no open transaction
+        """
+        if self._durable is None:
+            raise DurableError(
+                "cancel_scheduled",
+                event_id,
+                "the bus has no durable transport; "
+                "build it with EventBus(durable=RedisStreams(...))",
+            )
+        return await self._durable.cancel_scheduled(event_id, conn)
 
     def _durable_transport(self, what: str, event: type[Event] | str | Event) -> DurableTransport:
         """The bus's transport, for a durable *event* (or its type).

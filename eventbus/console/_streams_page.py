@@ -1,6 +1,7 @@
 """The streams page: the Redis streams of durable events, per consumer group (lag, pending,
 dead letters, paused processes), the replay of a dead letter to the group that gave up on it,
-and the early resume of a group a kill switch paused.
+the early resume of a group a kill switch paused; with a transport that schedules events, the
+delayed events not yet due, each with a Cancel button.
 
 Built on the durable transport's public operations (``status()``, ``dead_letters()``,
 ``replay()``, ``resume_group()``: what ``python -m eventbus streams status|dead|replay|resume``
@@ -15,7 +16,7 @@ import dataclasses
 import re
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from starlette.responses import Response
 
@@ -24,11 +25,13 @@ from eventbus import EventBus
 from ._pages import Action, ActionError, Done, PageRequest, Panel, View
 
 if TYPE_CHECKING:
-    from eventbus.durable import DeadLetter, StreamStatus
+    from eventbus.durable import DeadLetter, ScheduledRow, StreamStatus
 
-__all__ = ["DurableOperations", "StreamsPage"]
+__all__ = ["DurableOperations", "ScheduledOperations", "StreamsPage"]
 
 MAX_EVENT = 300
+#: an event id as the outbox writes them (32 hex digits); at most 64 characters
+EVENT_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 #: a stream entry id: milliseconds, a dash, a sequence number
 ENTRY_ID = re.compile(r"\d{1,20}-\d{1,20}")
 
@@ -56,6 +59,25 @@ class DurableOperations(Protocol):
 
     async def resume_group(self, event: str, group: str) -> int:
         """Resume a group its kill switch paused, in every process; how many were told."""
+        ...
+
+
+@runtime_checkable
+class ScheduledOperations(Protocol):
+    """**Protocol:** what the page needs to list and cancel delayed events
+    (:class:`eventbus.durable.RedisStreams` has it)."""
+
+    @property
+    def engine(self) -> Any:
+        """The database of the outbox (an ``AsyncEngine``)."""
+        ...
+
+    async def scheduled(self, *, limit: int = 100) -> list[ScheduledRow]:
+        """Events published for later and not yet due, soonest first."""
+        ...
+
+    async def cancel_scheduled(self, event_id: str, conn: Any) -> bool:
+        """Remove one in *conn*'s transaction; ``False`` if already published or unknown."""
         ...
 
 
@@ -90,6 +112,8 @@ class StreamsPage:
         self.transport: DurableOperations = bus.durable
         self.dead_shown: int = dead_shown
         self.count_limit: int = count_limit
+        #: delayed events listed (the soonest ones)
+        self.scheduled_shown: int = 100
 
     def __repr__(self) -> str:
         return f"StreamsPage(bus={self.bus!r})"
@@ -98,6 +122,7 @@ class StreamsPage:
         return [
             View("", self.index, "streams.list"),
             Action("/replay", self.replay, "streams.replay"),
+            Action("/cancel", self.cancel, "streams.cancel"),
             Action("/resume", self.resume, "streams.resume"),
         ]
 
@@ -123,9 +148,23 @@ class StreamsPage:
         except Exception as exc:
             message = f"Could not read the streams: {_why(exc)}"
             return request.render(
-                "streams.html", status=503, errors=[message], streams=[], refresh=True
+                "streams.html",
+                status=503,
+                errors=[message],
+                streams=[],
+                scheduled=None,
+                refresh=True,
             )
-        return request.render("streams.html", errors=[], streams=views, refresh=True)
+        scheduled: list[ScheduledRow] | None = None
+        errors: list[str] = []
+        if isinstance(self.transport, ScheduledOperations):
+            try:
+                scheduled = await self.transport.scheduled(limit=self.scheduled_shown)
+            except Exception as exc:  # the database down: the streams still show
+                errors.append(f"Could not read the scheduled events: {_why(exc)}")
+        return request.render(
+            "streams.html", errors=errors, streams=views, scheduled=scheduled, refresh=True
+        )
 
     async def _view(self, status: StreamStatus) -> StreamView:
         letters = (
@@ -159,6 +198,27 @@ class StreamsPage:
         return Done(
             f"Replayed dead letter {dead_id} of {event} to its group (new entry {new[0]}).",
             target=f"{event} {dead_id}",
+            back=request.url("/streams"),
+        )
+
+    async def cancel(self, request: PageRequest) -> Done:
+        event_id = request.field("event_id", max_length=64)
+        if not EVENT_ID.fullmatch(event_id):
+            raise ActionError(f"event_id must be an event id from the list, not {event_id!r}.")
+        transport = self.transport
+        if not isinstance(transport, ScheduledOperations):
+            raise ActionError("This bus's durable transport does not schedule events.")
+        async with transport.engine.begin() as conn:
+            cancelled = await transport.cancel_scheduled(event_id, conn)
+        if not cancelled:
+            raise ActionError(
+                f"Event {event_id} was not cancelled: it was published already (or is being "
+                "published), cancelled before, or is unknown.",
+                status=409,
+            )
+        return Done(
+            f"Cancelled scheduled event {event_id}: it will not be delivered.",
+            target=event_id,
             back=request.url("/streams"),
         )
 

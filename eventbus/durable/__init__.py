@@ -33,6 +33,7 @@ from ._exceptions import NoTransactionError as NoTransactionError
 from ._keys import StreamKeys as StreamKeys
 from ._listener import DurableListener as DurableListener
 from ._options import DurableOptions as DurableOptions
+from ._outbox import ScheduledRow as ScheduledRow
 from ._pauses import PausedConsumer as PausedConsumer
 from ._stats import DurableStatistics as DurableStatistics
 from ._stats import GroupStatistics as GroupStatistics
@@ -78,6 +79,7 @@ __all__ = [
     "PendingEntry",
     "RedisStreams",
     "RelayStatistics",
+    "ScheduledRow",
     "StreamCapped",
     "StreamKeys",
     "StreamStatus",

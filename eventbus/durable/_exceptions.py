@@ -11,12 +11,12 @@ class NoTransactionError(EventBusError, RuntimeError):
     """A durable publish outside an open transaction: the event would be sent whether or not
     the caller's writes commit, so it is refused instead."""
 
-    def __init__(self, name: str, why: str) -> None:
+    def __init__(self, name: str, why: str, action: str = "publish") -> None:
         self.name = name
         super().__init__(
-            f"publish({name!r}) needs the connection of an open transaction, but it {why}; "
+            f"{action}({name!r}) needs the connection of an open transaction, but it {why}; "
             "publish inside 'async with engine.begin() as conn:' (or conn.begin()), so that "
-            "the event is sent if and only if the transaction commits"
+            "the outbox changes if and only if the transaction commits"
         )
 
 

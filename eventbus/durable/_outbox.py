@@ -15,7 +15,7 @@ import dataclasses
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import sqlalchemy as sa
@@ -30,7 +30,7 @@ from ._envelope import Envelope, check_publish_ids
 from ._exceptions import NoTransactionError
 from ._wake import wake_after_commit
 
-__all__ = ["Backlog", "ClaimedRow", "Database", "Outbox"]
+__all__ = ["Backlog", "ClaimedRow", "Database", "Outbox", "ScheduledRow"]
 
 #: where a statement runs: an engine (in a transaction of its own) or an open connection
 Database = AsyncEngine | AsyncConnection
@@ -67,8 +67,19 @@ class ClaimedRow:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ScheduledRow:
+    """An unpublished row due later: what ``streams scheduled`` lists."""
+
+    due_at: datetime
+    name: str
+    aggregate_key: str | None
+    event_id: str
+    created_at: datetime
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Backlog:
-    """Unpublished rows: how many, and when the oldest was written (``None``: none)."""
+    """Unpublished rows that are due: how many, and when the oldest fell due (``None``: none)."""
 
     count: int
     oldest_at: datetime | None
@@ -112,10 +123,13 @@ class Outbox:
         causation_id: str | None = None,
         correlation_id: str | None = None,
         headers: Mapping[str, str] | None = None,
+        available_at: datetime | None = None,
         wake: Callable[[], None] | None = None,
     ) -> list[str]:
         """Insert one row per event in the caller's open transaction; return the event ids.
 
+        :param available_at: when the relay may publish the rows (default: *now*); a later time
+            makes them scheduled until then
         :param wake: called once the transaction has ended (committed: the relay finds the
             rows; rolled back: it finds nothing), from SQLAlchemy's own hooks
         :raises NoTransactionError: if *conn* has no open transaction, or is in autocommit
@@ -150,7 +164,7 @@ class Outbox:
                     "causation_id": causation_id,
                     "correlation_id": correlation_id,
                     "created_at": now,
-                    "available_at": now,
+                    "available_at": available_at if available_at is not None else now,
                     "attempts": 0,
                 }
             )
@@ -160,7 +174,54 @@ class Outbox:
                 wake_after_commit(conn, wake)
         return [r["event_id"] for r in rows]
 
+    async def cancel(
+        self, conn: AsyncConnection | AsyncSession, event_id: str, *, now: datetime
+    ) -> bool:
+        """Delete the unpublished row of *event_id* in the caller's open transaction; return
+        whether there was one to delete.
+
+        A row a relay holds a lease on is left alone (``False``): that relay may be adding it
+        to its stream this moment. On PostgreSQL a claim running at the same time takes the row
+        first or finds it deleted (row locks); on SQLite one writer runs at a time.
+
+        :raises NoTransactionError: if *conn* has no open transaction, or is in autocommit
+        """
+        if isinstance(conn, AsyncSession):
+            conn = await conn.connection()
+        _require_transaction(conn, [], what=event_id, action="cancel_scheduled")
+        c = self.table.c
+        stmt = sa.delete(self.table).where(
+            c.event_id == event_id,
+            c.published_at.is_(None),
+            sa.or_(c.lease_owner.is_(None), c.lease_until < now),
+        )
+        return int((await conn.execute(stmt)).rowcount) > 0
+
+    async def scheduled(
+        self, engine: AsyncEngine, *, now: datetime, limit: int
+    ) -> list[ScheduledRow]:
+        """Up to *limit* unpublished rows due after *now*, soonest first."""
+        c = self.table.c
+        stmt = (
+            sa.select(c.available_at, c.name, c.aggregate_key, c.event_id, c.created_at)
+            .where(c.published_at.is_(None), c.available_at > now)
+            .order_by(c.available_at, c.id)
+            .limit(limit)
+        )
+        async with engine.connect() as conn:
+            return [ScheduledRow(*row) for row in (await conn.execute(stmt)).all()]
+
     # -- the relay's side ------------------------------------------------------------------------
+
+    async def next_due(self, db: Database, *, after: datetime) -> datetime | None:
+        """When the soonest unpublished row due after *after* falls due (``None``: none is)."""
+        c = self.table.c
+        stmt = sa.select(sa.func.min(c.available_at)).where(
+            c.published_at.is_(None), c.available_at > after
+        )
+        async with _transaction(db) as conn:
+            due: datetime | None = (await conn.execute(stmt)).scalar()
+        return due
 
     async def claim(
         self, db: Database, *, token: str, limit: int, lease: float, now: datetime
@@ -366,9 +427,14 @@ class Outbox:
             row = (await conn.execute(stmt)).first()
         return None if row is None else ClaimedRow(*cast(tuple[Any, ...], row)).envelope()
 
-    async def backlog(self, engine: AsyncEngine) -> Backlog:
+    async def backlog(self, engine: AsyncEngine, *, now: datetime | None = None) -> Backlog:
+        """Rows due and not published yet; a scheduled row counts from its due time, not
+        before (a reminder due tomorrow is not a backlog, nor a day old when it falls due)."""
         c = self.table.c
-        stmt = sa.select(sa.func.count(), sa.func.min(c.created_at)).where(c.published_at.is_(None))
+        now = now if now is not None else datetime.now(UTC)
+        stmt = sa.select(sa.func.count(), sa.func.min(c.available_at)).where(
+            c.published_at.is_(None), c.available_at <= now
+        )
         async with engine.connect() as conn:
             count, oldest = (await conn.execute(stmt)).one()
         return Backlog(int(count), oldest)
@@ -401,10 +467,16 @@ def _require_async_connection(conn: object, events: Sequence[Event]) -> None:
     )
 
 
-def _require_transaction(conn: AsyncConnection, events: Sequence[Event]) -> None:
-    name = events[0].__event_name__ if events else "?"
+def _require_transaction(
+    conn: AsyncConnection,
+    events: Sequence[Event],
+    *,
+    what: str | None = None,
+    action: str = "publish",
+) -> None:
+    name = what or (events[0].__event_name__ if events else "?")
     sync = conn.sync_connection
     autocommit = sync is not None and getattr(sync, "_is_autocommit_isolation", lambda: False)()
     if autocommit or not conn.in_transaction():
         why = "is in autocommit mode" if autocommit else "has no open transaction"
-        raise NoTransactionError(name, why)
+        raise NoTransactionError(name, why, action)

@@ -8,7 +8,10 @@ them again, and the publish key the script set makes the second addition a no-op
 returns the first id.
 
 The relay is woken after a local commit (see :func:`~eventbus.durable._wake.wake_after_commit`)
-and polls every ``poll_interval`` for rows other processes committed. Every
+and polls every ``poll_interval`` for rows other processes committed. Scheduled rows (an
+``available_at`` later than their commit) are claimed once due: idle, the relay sleeps until
+the soonest one falls due if that comes before its next poll (the soonest is read again once
+it passes, once per poll, and whenever a local commit schedules an earlier one). Every
 ``purge_interval`` it deletes published rows past ``retention``, in batches (the janitor
 purges the inbox, in every process that consumes).
 """
@@ -19,7 +22,7 @@ import itertools
 import logging
 import time
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import anyio
 from anyio.lowlevel import checkpoint
@@ -76,6 +79,11 @@ class Relay:
         self._conn: AsyncConnection | None = None
         #: (name, event id) of rows marked published whose publish keys are not shortened yet
         self._to_settle: list[tuple[str, str]] = []
+        #: when the soonest scheduled row falls due (``None``: none), read at ``_due_read``
+        self._due: datetime | None = None
+        self._due_read = -float("inf")
+        #: the time of the last claim: rows due after it were not claimable by it
+        self._claimed_at: datetime | None = None
 
     def __repr__(self) -> str:
         return f"Relay(consumer={self.rt.consumer!r}, outbox={self.rt.outbox.table.name!r})"
@@ -83,6 +91,12 @@ class Relay:
     def wake(self) -> None:
         """Look for rows now (a local transaction that wrote some has ended)."""
         self._wakeup.set()
+
+    def wake_at(self, due: datetime) -> None:
+        """A local transaction that scheduled rows due at *due* has ended: sleep no longer."""
+        if self._due is None or due < self._due:
+            self._due = due
+            self._wakeup.set()  # to sleep less; a later one changes nothing
 
     async def run(self) -> None:
         """Publish until cancelled or stopped; errors are logged and retried with backoff."""
@@ -165,12 +179,36 @@ class Relay:
                 await self._last_backlog()
                 return
             await self._maintain()
-            with anyio.move_on_after(opts.poll_interval) as idle:
+            with anyio.move_on_after(await self._idle_time()) as idle:
                 await self._wakeup.wait()
                 if opts.relay_linger:  # let the commits of the next few moments join in
                     await anyio.sleep(opts.relay_linger)
             if idle.cancelled_caught:  # no batch came to carry the SETTLE calls: send them
                 await self._settle()
+
+    async def _idle_time(self) -> float:
+        """Seconds to sleep: until the next poll, or until the soonest scheduled row is due."""
+        opts = self.rt.options
+        now = utcnow()
+        stale = time.monotonic() >= self._due_read + opts.poll_interval
+        if stale or (self._due is not None and self._due <= now):
+            self._due_read = time.monotonic()
+            after = self._claimed_at or now  # rows that fell due since the claim: at once
+            try:
+                with db_deadline(opts.db_timeout):
+                    self._due = await self.rt.outbox.next_due(await self._db(), after=after)
+            except DB_ERRORS as exc:
+                await self.aclose()
+                self._due = None
+                self.rt.log(
+                    logging.WARNING,
+                    "relay-due",
+                    "relay: could not read when the next scheduled row is due (%s); polling",
+                    safe_str(exc),
+                )
+        if self._due is None:
+            return opts.poll_interval
+        return min(opts.poll_interval, max(0.0, (self._due - now).total_seconds()))
 
     async def _db(self) -> AsyncConnection:
         if self._conn is None or self._conn.closed:
@@ -195,7 +233,7 @@ class Relay:
         """
         rt, opts = self.rt, self.rt.options
         token = f"{rt.consumer}:{next(self._claims)}"
-        claimed_at = utcnow()
+        claimed_at = self._claimed_at = utcnow()
         try:
             with db_deadline(opts.db_timeout):
                 db = await self._db()

@@ -10,10 +10,11 @@ docs/durable.md for the guarantees and the failure modes.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
 
@@ -35,12 +36,13 @@ from ._inbox import Inbox
 from ._keys import StreamKeys, consumer_name, validate_part
 from ._listener import DurableListener, Start, TripOn, make_listener
 from ._options import DurableOptions
-from ._outbox import Outbox
+from ._outbox import Outbox, ScheduledRow
 from ._pauses import request_resume
 from ._redeliver import redeliver, redrive
 from ._registry import forget_group, register_group
 from ._relay import Relay
 from ._runtime import AnyRedis, Fault, Runtime, logger, utcnow
+from ._schedule import due_time
 from ._server import check_pool, check_servers, client_from_url
 from ._stats import DurableStatistics, IgnoredField, RelayCounters
 from ._status import DeadLetter, StreamStatus, dead_letters, discover_events, stream_status
@@ -204,17 +206,23 @@ class RedisStreams:
         causation_id: str | None = None,
         correlation_id: str | None = None,
         headers: dict[str, str] | None = None,
+        deliver_at: datetime | None = None,
+        delay: timedelta | None = None,
     ) -> str:
         """Write *event* to the outbox in *conn*'s open transaction; return its event id.
 
         Committed, it is delivered at least once to every durable listener group of every
         service; rolled back, never. The local relay is woken when the transaction ends.
+        With *deliver_at* (an aware datetime) or *delay*, it is delivered at or after that
+        time, never before, unless :meth:`cancel_scheduled` removes it first.
 
         :raises NoTransactionError: if *conn* has no open transaction (or is autocommit)
         :raises UnknownEventError: if the event's type is not in the transport's registry
         :raises PayloadError: if the payload cannot be encoded as JSON
-        :raises ValueError: if *causation_id* or *correlation_id* is longer than 64
-            characters, or an id holds a NUL character (every consumer would refuse the event)
+        :raises ValueError: naming the argument, for a naive *deliver_at*, one more than
+            a few seconds in the past, a negative *delay*, or both given; if *causation_id* or
+            *correlation_id* is longer than 64 characters, or an id holds a NUL character
+            (every consumer would refuse the event)
         """
         [event_id] = await self.publish_many(
             [event],
@@ -223,6 +231,8 @@ class RedisStreams:
             causation_id=causation_id,
             correlation_id=correlation_id,
             headers=headers,
+            deliver_at=deliver_at,
+            delay=delay,
         )
         return event_id
 
@@ -235,6 +245,8 @@ class RedisStreams:
         causation_id: str | None = None,
         correlation_id: str | None = None,
         headers: dict[str, str] | None = None,
+        deliver_at: datetime | None = None,
+        delay: timedelta | None = None,
     ) -> list[str]:
         """:meth:`publish` for several events, in one insert."""
         for event in events:
@@ -244,16 +256,46 @@ class RedisStreams:
                     getattr(event, "__event_name__", repr(event)),
                     "declare it in the registry the transport decodes with",
                 )
+        now = utcnow()
+        due = due_time(deliver_at, delay, now=now)
+        wake: Callable[[], None] | None = None
+        if self.relay is not None:
+            relay = self.relay
+            wake = relay.wake if due is None else functools.partial(relay.wake_at, due)
         return await self.rt.outbox.write(
             conn,
             events,
-            now=utcnow(),
+            now=now,
             aggregate_key=aggregate_key,
             causation_id=causation_id,
             correlation_id=correlation_id,
             headers=headers,
-            wake=self.relay.wake if self.relay is not None else None,
+            available_at=due,
+            wake=wake,
         )
+
+    async def cancel_scheduled(self, event_id: str, conn: AsyncConnection | AsyncSession) -> bool:
+        """Remove a scheduled event that no relay has published yet, in *conn*'s open
+        transaction (committed: it is never delivered; rolled back: it still is).
+
+        :return: ``True`` if it was removed; ``False`` (and an INFO log line saying why) if no
+            such unpublished event exists: already published (or being published this
+            moment), cancelled before, purged, or never written to this outbox
+        :raises NoTransactionError: if *conn* has no open transaction (or is autocommit)
+        """
+        removed = await self.rt.outbox.cancel(conn, event_id, now=utcnow())
+        if not removed:
+            logger.info(
+                "cancel_scheduled(%r): not cancelled: no unpublished event has this id (already "
+                "published or being published, cancelled before, or unknown); it may be "
+                "delivered",
+                event_id,
+            )
+        return removed
+
+    async def scheduled(self, *, limit: int = 100) -> list[ScheduledRow]:
+        """Events published for later and not yet due, soonest first (at most *limit*)."""
+        return await self.rt.outbox.scheduled(self.rt.engine, now=utcnow(), limit=limit)
 
     # -- lifecycle -------------------------------------------------------------------------------
 

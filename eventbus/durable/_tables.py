@@ -40,8 +40,10 @@ _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")  # SQLite: a rowid al
 def outbox_table(name: str = DEFAULT_OUTBOX, meta: sa.MetaData | None = None) -> sa.Table:
     """Define the outbox table in *meta* (a new ``MetaData`` by default).
 
-    ``id`` is the sequence the envelope carries as ``seq``; ``lease_owner`` holds the token of
-    the relay claim that may publish the row until ``lease_until``; ``attempts`` counts claims.
+    ``id`` is the sequence the envelope carries as ``seq``; ``available_at`` is when the relay
+    may publish the row (later than ``created_at`` for a scheduled event); ``lease_owner``
+    holds the token of the relay claim that may publish the row until ``lease_until``;
+    ``attempts`` counts claims.
     """
     published_at: sa.Column[datetime] = sa.Column("published_at", UTCDateTime(), nullable=True)
     return sa.Table(
@@ -72,6 +74,12 @@ def outbox_table(name: str = DEFAULT_OUTBOX, meta: sa.MetaData | None = None) ->
             sqlite_where=published_at.is_(None),
         ),
         sa.Index(f"ix_{name}_published_at", "published_at"),
+        sa.Index(  # the relay's "when is the next scheduled row due?"
+            f"ix_{name}_due",
+            "available_at",
+            postgresql_where=published_at.is_(None),
+            sqlite_where=published_at.is_(None),
+        ),
     )
 
 

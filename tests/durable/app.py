@@ -13,6 +13,11 @@ database's failure table. Kinds: ``effect`` (tx), ``call`` (no tx),
 ``HANG`` seconds first). ``--pause-at POINT`` makes the relay stop at a fault point (``claimed`` or
 ``published``) once, printing ``paused POINT``; the test then kills or stops the process.
 
+``--schedule-ahead A:B`` publishes each event for later, due A to B seconds ahead (spread by
+order id), ``--cancel-every N`` then cancels every Nth one in a transaction of its own, and
+``--schedule-log PATH`` gets one JSON line per event (order id, event id, due Unix time,
+cancelled).
+
 Prints ``ready`` once running and ``stats {json}`` when it stops. Stops gracefully when
 stdin closes or on SIGTERM.
 """
@@ -27,6 +32,7 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -174,6 +180,8 @@ async def main(args: argparse.Namespace) -> None:
         bus.on(OrderPaid, listener, durable=True, name=name)
     try:
         async with bus:
+            if args.schedule_ahead:
+                await publish_scheduled(bus, engine, args)
             for first in range(args.publish_from, args.publish_from + args.publish, 50):
                 last = min(first + 50, args.publish_from + args.publish)
                 async with engine.begin() as conn:
@@ -205,6 +213,31 @@ async def main(args: argparse.Namespace) -> None:
         await engine.dispose()
 
 
+async def publish_scheduled(bus: EventBus, engine: Any, args: argparse.Namespace) -> None:
+    """Publish ``--publish`` events due ``--schedule-ahead`` seconds ahead, cancel every
+    ``--cancel-every``-th one, log each to ``--schedule-log``; then say ``published``."""
+    low, high = (float(x) for x in args.schedule_ahead.split(":"))
+    orders = range(args.publish_from, args.publish_from + args.publish)
+    log: list[dict[str, Any]] = []
+    async with engine.begin() as conn:
+        for i in orders:
+            ahead = low + (high - low) * ((i * 37) % 100) / 99
+            due = datetime.now(UTC) + timedelta(seconds=ahead)
+            event_id = await bus.publish(OrderPaid(order_id=i), conn, deliver_at=due)
+            log.append({"order_id": i, "event_id": event_id, "due": due.timestamp()})
+    for entry in log:
+        entry["cancelled"] = bool(args.cancel_every) and entry["order_id"] % args.cancel_every == 0
+        if entry["cancelled"]:
+            async with engine.begin() as conn:
+                if not await bus.cancel_scheduled(entry["event_id"], conn):
+                    raise SystemExit(f"could not cancel {entry}")
+    text = "".join(json.dumps(entry) + "\n" for entry in log)
+    async with await anyio.open_file(args.schedule_log, "a") as f:
+        await f.write(text)
+    say("published")
+    args.publish = 0  # done: the plain publishing below has nothing left
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--redis", required=True)
@@ -230,6 +263,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--publish", type=int, default=0)
     p.add_argument("--publish-from", type=int, default=0)
     p.add_argument("--exit-after-publish", action="store_true")
+    p.add_argument("--schedule-ahead", metavar="A:B")
+    p.add_argument("--cancel-every", type=int, default=0)
+    p.add_argument("--schedule-log", default=os.devnull)
     return p.parse_args(argv)
 
 

@@ -10,6 +10,7 @@ import re
 import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import anyio
@@ -252,6 +253,33 @@ def unused_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
     return port
+
+
+async def test_the_page_lists_scheduled_events_and_cancels_one(
+    bus: EventBus, engine: AsyncEngine, fragile: Fragile
+) -> None:
+    async with console_client(bus) as (http, console):
+        csrf = await login(http)
+        async with engine.begin() as conn:
+            soon = await bus.publish(
+                OrderPaid(order_id=1), conn, delay=timedelta(hours=1), aggregate_key="order-1"
+            )
+            later = await bus.publish(OrderPaid(order_id=2), conn, delay=timedelta(hours=2))
+        page = (await http.get("/ops/streams")).text
+        assert re.findall(r'<tr data-scheduled="([^"]+)">', page) == [soon, later]
+        assert "order-1" in page
+        r = await http.post("/ops/streams/cancel", data={"csrf": csrf, "event_id": soon})
+        assert r.status_code == 303
+        page = (await http.get(r.headers["location"])).text
+        assert result_banner(page).startswith(f"Cancelled scheduled event {soon}")
+        assert re.findall(r'<tr data-scheduled="([^"]+)">', page) == [later]
+        r = await http.post("/ops/streams/cancel", data={"csrf": csrf, "event_id": soon})
+        assert r.status_code == 409 and "was not cancelled" in html.unescape(r.text)
+        r = await http.post("/ops/streams/cancel", data={"csrf": csrf, "event_id": "<x>"})
+        assert r.status_code == 400
+        outcomes = [(e.action, e.outcome) for e in console.audit.entries(limit=3)]
+        assert outcomes.count(("streams.cancel", "refused")) == 2
+        assert ("streams.cancel", "ok") in outcomes
 
 
 async def test_a_paused_group_shows_its_badge_and_is_resumed_from_the_page(
