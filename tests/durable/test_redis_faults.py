@@ -136,6 +136,9 @@ async def test_f12_the_janitor_trims_nothing_a_stalled_group_still_needs(
     async with streams:
         await publish(streams, engine, *range(250))
         await wait_until(lambda: len(got) == 250, what="the fast group")
+        # its acknowledgements go out every 5 ms after the calls: one still pending would hold
+        # back the trim below
+        await wait_until(lambda: _none_pending(client, "svc:fast"), what="the fast group's acks")
         stalled: Any = await client.xreadgroup(
             "other:stalled", "zombie", {STREAM: ">"}, count=120
         )  # delivered, never acknowledged
@@ -178,6 +181,11 @@ async def test_f12_a_maxlen_cap_raises_alarms_and_deleted_pending_ids_are_report
     [alarm] = [a for a in lost if isinstance(a, EntriesLost)]
     assert alarm.group == "svc:lagging" and len(alarm.entry_ids) >= 1
     assert set(alarm.entry_ids) <= {i.decode() for i, _ in read[0][1]}
+
+
+async def _none_pending(client: Redis, group: str) -> bool:
+    summary: Any = await client.xpending(STREAM, group)
+    return int(summary["pending"]) == 0
 
 
 async def _xlen(client: Redis, n: int) -> bool:
