@@ -329,7 +329,8 @@ async def test_a_group_created_latest_skips_history_and_first_does_not(
     streams.subscribe(OrderPaid, lambda e: latest.append(e.order_id), name="latest", start="latest")
     async with streams:
         await publish(streams, engine, 2)
-        await wait_until(lambda: len(first) == 2 and len(latest) == 1, what="deliveries")
+        await wait_until(lambda: len(first) == 2, what="the 'first' group's two events")
+        await wait_until(lambda: len(latest) == 1, what="the 'latest' group's one event")
     assert (sorted(first), latest) == ([1, 2], [2])
 
 
