@@ -187,11 +187,17 @@ async def test_f10_two_services_with_two_replicas_each(
     apps: Apps, engine: AsyncEngine, calls_file: Path
 ) -> None:
     n = 120
-    replicas = [
-        await apps("--service", service, "--consumer", f"{service}-{i}", "--listener", spec)
-        for service, spec in (("billing", "grant=slow:0.02"), ("audit", "audit=slow:0.02"))
-        for i in (1, 2)
-    ]
+    replicas: list[App] = []
+
+    async def replica(service: str, i: int, spec: str) -> None:
+        replicas.append(
+            await apps("--service", service, "--consumer", f"{service}-{i}", "--listener", spec)
+        )
+
+    async with anyio.create_task_group() as tg:  # four interpreters start at once
+        for service, spec in (("billing", "grant=slow:0.02"), ("audit", "audit=slow:0.02")):
+            for i in (1, 2):
+                tg.start_soon(replica, service, i, spec)
     publisher = await apps("--publish", str(n), "--no-relay", ready="published")
     await wait_until(lambda: n_effects(engine, 2 * n), what="every effect", within=30)
     for app in (publisher, *replicas):
