@@ -32,7 +32,7 @@ from _harness import (
 )
 
 from eventbus import EventBus
-from eventbus._compiler import compile_plan
+from eventbus._core._compiler import compile_plan
 
 LISTENERS = 10
 Listener = Callable[[object], object]

@@ -15,6 +15,11 @@ the table, spilled ones included; the publisher's emits/s are compared with the 
 ``MemoryFailureStore``. The store's log goes to a real handler (its lines are counted); the
 bus's own per-failure line is silenced in every case alike.
 
+The last table is a storm past the cap of the default in-memory store: 400,000 records into
+``MemoryFailureStore()`` (``max_records=100,000``), so that 300,000 are evicted, against the
+same records into an unbounded one. Eviction must cost about nothing: it was quadratic once
+(28 s for this storm).
+
 A second table divides by the process's CPU time (event loop plus worker threads) instead of
 wall time: on a machine shared with other work it shows what the code costs. The load average
 is printed with the tables. Every sample asserts that the table holds every row it timed.
@@ -60,6 +65,8 @@ STORM = 200_000  # emits per storm sample (the reported storm)
 QUICK_STORM = 40_000
 STORM_BUFFER = 100_000  # the store's default buffer_size
 QUICK_STORM_BUFFER = 10_000
+PAST_CAP = 400_000  # records of the in-memory storm, four times the default cap
+QUICK_PAST_CAP = 80_000
 YIELD_EVERY = 100  # emits between two awaits of the storm's publisher
 REPEATS = 3
 TARGET = 20_000  # rows/s
@@ -242,6 +249,36 @@ class store_log:
         self.store.propagate = self.saved[2]
 
 
+def memory_past_cap(n: int) -> Table:
+    """``record()`` *n* records into the default ``MemoryFailureStore`` (capped; quick runs
+    use a quarter of *n* as the cap) and into an unbounded one; records/s."""
+    records = make_records(n)
+    cap = n // 4
+    cases = {"unbounded (max_records=None)": None, f"max_records={cap:,}, past the cap": cap}
+    samples: dict[str, list[float]] = {label: [] for label in cases}
+    log = logging.getLogger("eventbus.failures")  # its eviction WARNINGs go to a real handler
+    handler, propagate = logging.StreamHandler(io.StringIO()), log.propagate
+    log.addHandler(handler)
+    log.propagate = False
+    for _ in range(REPEATS):
+        for label, limit in cases.items():
+            store = MemoryFailureStore(max_records=limit)
+            clock = Clock()
+            for rec in records:
+                store.record(rec)
+            wall, _cpu = clock.stop()
+            assert len(store) == (limit or n)
+            samples[label].append(n / wall)
+    log.removeHandler(handler)
+    log.propagate = propagate
+    table = Table(f"a storm of {n:,} records into MemoryFailureStore", unit="records/s")
+    base = next(iter(cases))
+    for label, limit in cases.items():
+        note = f"{n - (limit or n):,} evicted" if limit else "baseline"
+        table.add(Row(label, Stats(tuple(samples[label])), None if limit is None else base, note))
+    return table
+
+
 async def measure(options: Options) -> list[Table]:
     n = QUICK_N if options.quick else N
     storm_n = QUICK_STORM if options.quick else STORM
@@ -298,7 +335,8 @@ async def measure(options: Options) -> list[Table]:
         baseline = None if label == base else base
         writes.add(Row(label, Stats(tuple(s.rows / s.wall for s in got)), baseline, note))
         per_cpu.add(Row(label, Stats(tuple(s.rows / s.cpu for s in got)), baseline, note))
-    return [writes, per_cpu, publisher]
+    memory = memory_past_cap(QUICK_PAST_CAP if options.quick else PAST_CAP)
+    return [writes, per_cpu, publisher, memory]
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""Command-line plumbing of ``python -m domain`` and ``python -m domain.web``.
+"""Command-line plumbing of ``python -m domain`` and ``python -m domain.web`` (whose entry is
+:func:`domain.web.main`).
 
 Errors a user can fix are one ``error: ...`` line on stderr, never a traceback, with the exit
 codes of the ``eventbus`` and ``scheduler`` CLIs: 1 when a server or file named by good input
@@ -11,18 +12,15 @@ convention). A URL is echoed with its password masked (:func:`eventbus.backends.
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import exc as sa_exc
 
 from eventbus.backends.sql import database_url, make_engine, redact_url
-from eventbus.cli import describe_error
+from eventbus.cli import InputError, describe_error
 
 from .exceptions import AdminTokenError
 
@@ -35,7 +33,6 @@ __all__ = [
     "check_database",
     "port",
     "run_cli",
-    "serve",
 ]
 
 logger = logging.getLogger("domain.web")
@@ -43,10 +40,6 @@ logger = logging.getLogger("domain.web")
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 _UNUSABLE_DB = (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, sa_exc.InvalidRequestError)
-
-
-class InputError(Exception):
-    """Bad input found after argparse: one line, exit code 2."""
 
 
 def check_redis_url(url: str) -> None:
@@ -140,65 +133,6 @@ def run_cli(body: Callable[[], int], *, db: str | Path | None, redis_url: str | 
         return _fail(f"the database{name} failed: {describe_error(exc)}", EXIT_FAILED)
     except KeyboardInterrupt:  # before the demo's own handler is in place: quietly
         return 128 + 2
-
-
-def serve(argv: list[str] | None = None, *, overrides: dict[str, Any] | None = None) -> int:
-    """``python -m domain.web``: serve the application with uvicorn (loopback by default).
-
-    The configuration, the database and Redis are checked first, so that their errors are
-    one line (an error in the lifespan, under uvicorn, is a traceback). *overrides* go to
-    :meth:`WebConfig.from_env` (the web demo sets its console token and seed this way).
-    """
-    parser = argparse.ArgumentParser(
-        prog="python -m domain.web",
-        description="Serve the domain web application with uvicorn; EVENTBUS_ADMIN_TOKEN "
-        "enables the /admin routes.",
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="interface (default: loopback)")
-    parser.add_argument("--port", type=port, default=8000, help="TCP port (default: 8000)")
-    parser.add_argument(
-        "--db", metavar="PATH|URL", help="SQLite file or SQLAlchemy URL (default: $EVENTBUS_WEB_DB)"
-    )
-    parser.add_argument("--redis", metavar="URL", help="counters and locks in Redis at URL")
-    args = parser.parse_args(argv)
-    db = args.db or os.environ.get("EVENTBUS_WEB_DB")  # what WebConfig.from_env reads: named
-    redis_url = args.redis or os.environ.get("EVENTBUS_REDIS_URL") or None  # in an error
-    serving = functools.partial(_serve, args, dict(overrides or {}))
-    return run_cli(serving, db=db, redis_url=redis_url)
-
-
-def _serve(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
-    import anyio
-    import uvicorn
-
-    from eventbus.console import LoginSecretError
-
-    from .web import WebConfig, create_app
-
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
-    )
-    if args.db is not None:
-        overrides["db"] = args.db
-    if args.redis is not None:
-        overrides["redis_url"] = args.redis
-    config = WebConfig.from_env(**overrides)
-    check_database(config.db)
-    if config.redis_url is not None:
-        check_redis_url(config.redis_url)
-    anyio.run(check_reachable, config.db, config.redis_url, backend="asyncio")
-    if not config.admin_enabled:
-        logger.warning("EVENTBUS_ADMIN_TOKEN is not set: the /admin routes are disabled")
-    try:
-        web = create_app(config)
-    except LoginSecretError as exc:
-        raise InputError(f"EVENTBUS_CONSOLE_TOKEN: {exc}") from None
-    if config.console_token is None:
-        logger.warning("EVENTBUS_CONSOLE_TOKEN is not set: the /ops console is disabled")
-    else:
-        logger.info("the operator console is at http://%s:%d/ops", args.host, args.port)
-    uvicorn.run(web, host=args.host, port=args.port, log_level="info")
-    return 0
 
 
 def _sole_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -9,10 +9,11 @@ keep their module: their string annotations are resolved in its namespace.
 
 from __future__ import annotations
 
+from eventbus.lazy import show_as_module
+
 __all__ = ["shown_as_domain"]
 
 
 def shown_as_domain(*exported: object) -> None:
     """Set the ``__module__`` of each class or function in *exported* to ``"domain"``."""
-    for obj in exported:
-        obj.__module__ = "domain"
+    show_as_module("domain", *exported, public_too=True)

@@ -10,6 +10,7 @@ import unicodedata
 from collections.abc import Collection
 from urllib.parse import urlsplit
 
+from ._link_targets import target_host_problem
 from ._public import shown_as_domain
 from .exceptions import InvalidAliasError, InvalidUrlError, ReservedAliasError
 
@@ -64,7 +65,9 @@ def could_be_code(text: str) -> bool:
     return _CODE.fullmatch(text) is not None
 
 
-def validate_url(url: str, *, max_length: int = MAX_URL_LENGTH) -> str:
+def validate_url(
+    url: str, *, max_length: int = MAX_URL_LENGTH, allow_intranet: bool = False
+) -> str:
     """Accept only absolute ``http``/``https`` URLs with a plain host; return the URL unchanged.
 
     Refused, because a reader of the short link could be misled about where it goes or
@@ -80,7 +83,12 @@ def validate_url(url: str, *, max_length: int = MAX_URL_LENGTH) -> str:
       so a converted host could differ from the one the user typed; give its ``xn--`` form;
     * an IPv4 address in any form but dotted decimal (``http://2130706433/``,
       ``0177.0.0.1``, ``0x7f.0.0.1``, ``127.1``: browsers go to 127.0.0.1 for each), and a
-      host ending in a number that browsers refuse (``example.123``, ``256.0.0.1``).
+      host ending in a number that browsers refuse (``example.123``, ``256.0.0.1``);
+    * a host that is a cloud metadata service (``169.254.169.254``, ``[fd00:ec2::254]``,
+      ``metadata.google.internal``), the unspecified address, a multicast or reserved
+      address, or an IPv6 address with a zone id (``[fe80::1%25eth0]``); and, unless
+      *allow_intranet*, a loopback (``localhost`` too), link-local, private or other not
+      globally reachable address (see :mod:`domain._link_targets`).
 
     :raises InvalidUrlError: for any of the above, another scheme (``javascript:``,
         ``data:``, ...), a relative URL, a missing host or a bad port, or more than
@@ -134,6 +142,9 @@ def validate_url(url: str, *, max_length: int = MAX_URL_LENGTH) -> str:
         problem = _numeric_host_problem(host)
         if problem is not None:
             raise InvalidUrlError(url, problem)
+    problem = target_host_problem(host, allow_intranet=allow_intranet)
+    if problem is not None:
+        raise InvalidUrlError(url, problem)
     return url
 
 

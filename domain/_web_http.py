@@ -8,11 +8,12 @@ Split from :mod:`domain.web` (which builds the application); needs the ``web`` e
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from .app import App
@@ -20,6 +21,7 @@ from .app import App
 __all__ = ["MAX_BODY", "BadRequest", "Handler", "error", "http_error", "json_object", "running_app"]
 
 MAX_BODY = 16 * 1024
+logger = logging.getLogger("domain.web")
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -69,15 +71,21 @@ async def json_object(request: Request) -> dict[str, Any]:
         that is not JSON, or JSON that is not an object
     """
     chunks, size = [], 0
-    async for chunk in request.stream():  # stop reading at the limit, not after the whole body
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise BadRequest(
-                f"the body is over {MAX_BODY} bytes; send a smaller JSON object",
-                status=413,
-                code="payload_too_large",
-            )
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():  # stop at the limit, not after the whole body
+            size += len(chunk)
+            if size > MAX_BODY:
+                raise BadRequest(
+                    f"the body is over {MAX_BODY} bytes; send a smaller JSON object",
+                    status=413,
+                    code="payload_too_large",
+                )
+            chunks.append(chunk)
+    except ClientDisconnect:  # nobody reads the answer; uvicorn would log a traceback
+        logger.info(
+            "the client hung up while sending the body of %s %s", request.method, request.url.path
+        )
+        raise BadRequest("the client hung up before the end of the body") from None
     body = b"".join(chunks)
     try:
         data = json.loads(body or b"null")

@@ -69,6 +69,8 @@ class App:
     :param runs: the run table (default: in memory)
     :param failures: the bus's failure store (default: in memory)
     :param view_window: in-process pre-aggregation of views, in seconds (``None``: off)
+    :param allow_intranet_links: short links may lead to loopback, link-local and private
+        addresses (``ShortLinks(allow_intranet=True)``)
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class App:
         view_window: float | None = None,
         min_lead: timedelta = timedelta(seconds=1),
         refill_watermark: int = 1_000,
+        allow_intranet_links: bool = False,
     ) -> None:
         self.engine = engine
         self.schedules = schedules
@@ -94,7 +97,13 @@ class App:
         self.views = ArticleViews(counters, engine, window=view_window)
         self.views.attach(self.bus)
         self.view_history = ViewHistory(engine)
-        self.links = ShortLinks(engine, bus=self.bus, clicks=counters, watermark=refill_watermark)
+        self.links = ShortLinks(
+            engine,
+            bus=self.bus,
+            clicks=counters,
+            watermark=refill_watermark,
+            allow_intranet=allow_intranet_links,
+        )
         self.links.attach(self.bus)
         self.publisher = Publisher(engine, bus=self.bus, min_lead=min_lead)
         self.scheduler = Scheduler(

@@ -102,6 +102,11 @@ class ShortLinks:
     :param watermark: idle codes the refill job tops the pool up to
     :param batch: codes inserted per refill statement
     :param fallback_attempts: codes tried when the pool is empty before giving up
+    :param max_url_length: the longest target URL accepted
+    :param allow_intranet: accept targets on loopback, link-local and private addresses
+        (``localhost``, ``10.0.0.5``, ``[fe80::1]``): for a service only an intranet uses.
+        Cloud metadata services, unspecified, multicast and reserved addresses and IPv6
+        zone ids are refused even so (see :func:`~domain.validate_url`)
     :param code_factory: makes a random code (tests inject duplicates); codes are 1 to 64
         characters of ``[A-Za-z0-9_-]``, the only ones :meth:`resolve` looks up
     :param clock: the current aware time (tests inject one)
@@ -118,6 +123,7 @@ class ShortLinks:
         batch: int = 500,
         fallback_attempts: int = 5,
         max_url_length: int = MAX_URL_LENGTH,
+        allow_intranet: bool = False,
         code_factory: Callable[[], str] = new_code,
         clock: Callable[[], datetime] = _utcnow,
     ) -> None:
@@ -128,6 +134,7 @@ class ShortLinks:
         self.batch = batch
         self.fallback_attempts = fallback_attempts
         self.max_url_length = max_url_length
+        self.allow_intranet = allow_intranet
         self.code_factory = code_factory
         self.clock = clock
         self.clicks = (
@@ -187,13 +194,14 @@ class ShortLinks:
     ) -> ShortLink:
         """Create a short link to *url*: a pool code, a fallback code, or the given *alias*.
 
-        :raises InvalidUrlError: if *url* is not an absolute http(s) URL with a host
+        :raises InvalidUrlError: if *url* is not an absolute http(s) URL with a host, or its
+            host is an address a link must not lead to (see :func:`~domain.validate_url`)
         :raises InvalidAliasError: if *alias* has a wrong length or character
         :raises ReservedAliasError: if *alias* is reserved
         :raises AliasTakenError: if *alias* is already in use
         :raises CodeSpaceExhaustedError: if the pool is empty and the fallback found no code
         """
-        validate_url(url, max_length=self.max_url_length)
+        validate_url(url, max_length=self.max_url_length, allow_intranet=self.allow_intranet)
         if expires_at is not None and expires_at.tzinfo is None:
             raise ValueError(f"expires_at={expires_at!r} is naive; pass an aware datetime")
         if alias is not None:

@@ -33,7 +33,9 @@ included; a body over 16 KiB is a 413 (:mod:`domain._web_http`). The admin route
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import functools
 import hashlib
 import logging
 import os
@@ -51,6 +53,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
+from eventbus.cli import InputError
+
+from ._cli import check_database, check_reachable, check_redis_url, port, run_cli
 from ._web_admin import admin_routes
 from ._web_http import BadRequest, Handler, error, http_error, json_object, running_app
 from .app import App
@@ -94,6 +99,13 @@ class WebConfig:
     :param console_read_only: the console shows everything and allows no action
     :param on_start: awaited with the running :class:`App` before the first request (the demo
         seeds its data this way)
+    :param allow_intranet_links: short links may lead to loopback, link-local and private
+        addresses (for an intranet's own shortener); refused by default
+    :param trusted_proxies: the reverse proxies (addresses or networks, comma-separated, as
+        uvicorn's ``--forwarded-allow-ips``) whose ``X-Forwarded-For`` and
+        ``X-Forwarded-Proto`` ``python -m domain.web`` believes; ``None``: nobody's, not even
+        a peer on loopback (the client address counts views and login attempts, and is
+        written in the console's action log)
     """
 
     db: str | Path = "eventbus-web.db"
@@ -106,6 +118,8 @@ class WebConfig:
     console_token: str | None = dataclasses.field(default=None, repr=False)
     console_read_only: bool = False
     on_start: Callable[[App], Awaitable[None]] | None = None
+    trusted_proxies: str | None = None
+    allow_intranet_links: bool = False
 
     def __post_init__(self) -> None:
         if self.console_token is not None and self.console_token.strip() == "":
@@ -125,7 +139,8 @@ class WebConfig:
     def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides: Any) -> WebConfig:
         """``EVENTBUS_WEB_DB``, ``EVENTBUS_REDIS_URL``, ``EVENTBUS_ADMIN_TOKEN``,
         ``EVENTBUS_PUBLIC_URL``, ``EVENTBUS_CONSOLE_TOKEN``, ``EVENTBUS_CONSOLE_READ_ONLY``
-        (``1``: read-only); keyword arguments win over the environment."""
+        (``1``: read-only), ``EVENTBUS_TRUSTED_PROXIES``, ``EVENTBUS_ALLOW_INTRANET_LINKS``
+        (``1``: allowed); keyword arguments win over the environment."""
         values: dict[str, Any] = {
             "db": environ.get("EVENTBUS_WEB_DB", "eventbus-web.db"),
             "redis_url": environ.get("EVENTBUS_REDIS_URL") or None,
@@ -133,6 +148,8 @@ class WebConfig:
             "public_url": environ.get("EVENTBUS_PUBLIC_URL") or None,
             "console_token": environ.get("EVENTBUS_CONSOLE_TOKEN") or None,
             "console_read_only": environ.get("EVENTBUS_CONSOLE_READ_ONLY", "") == "1",
+            "trusted_proxies": environ.get("EVENTBUS_TRUSTED_PROXIES") or None,
+            "allow_intranet_links": environ.get("EVENTBUS_ALLOW_INTRANET_LINKS", "") == "1",
         }
         values.update(overrides)
         return cls(**values)
@@ -151,7 +168,8 @@ def create_app(config: WebConfig | None = None) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(web: Starlette) -> AsyncIterator[None]:
-        async with App.embedded(cfg.db, redis_url=cfg.redis_url, **cfg.app_options) as app:
+        options = {"allow_intranet_links": cfg.allow_intranet_links, **cfg.app_options}
+        async with App.embedded(cfg.db, redis_url=cfg.redis_url, **options) as app:
             if cfg.refill_on_start and await app.links.idle_codes() == 0:
                 await app.scheduler.trigger("refill_pool")
             web.state.domain = app
@@ -364,12 +382,78 @@ def _json_type(value: object) -> str:
 # -- serving -------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m domain.web``: serve the application with uvicorn (loopback by default);
-    configuration, database and Redis are checked first, each error one line."""
-    from ._cli import serve
+def main(argv: list[str] | None = None, *, overrides: dict[str, Any] | None = None) -> int:
+    """``python -m domain.web``: serve the application with uvicorn (loopback by default).
 
-    return serve(argv)
+    The configuration, the database and Redis are checked first, so that their errors are
+    one line (an error in the lifespan, under uvicorn, is a traceback). *overrides* go to
+    :meth:`WebConfig.from_env` (the web demo sets its console token and seed this way).
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m domain.web",
+        description="Serve the domain web application with uvicorn; EVENTBUS_ADMIN_TOKEN "
+        "enables the /admin routes.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="interface (default: loopback)")
+    parser.add_argument("--port", type=port, default=8000, help="TCP port (default: 8000)")
+    parser.add_argument(
+        "--db", metavar="PATH|URL", help="SQLite file or SQLAlchemy URL (default: $EVENTBUS_WEB_DB)"
+    )
+    parser.add_argument("--redis", metavar="URL", help="counters and locks in Redis at URL")
+    args = parser.parse_args(argv)
+    db = args.db or os.environ.get("EVENTBUS_WEB_DB")  # what WebConfig.from_env reads: named
+    redis_url = args.redis or os.environ.get("EVENTBUS_REDIS_URL") or None  # in an error
+    serving = functools.partial(_serve, args, dict(overrides or {}))
+    return run_cli(serving, db=db, redis_url=redis_url)
+
+
+def _serve(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
+    import anyio
+    import uvicorn
+
+    from eventbus.console import LoginSecretError
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+    )
+    if args.db is not None:
+        overrides["db"] = args.db
+    if args.redis is not None:
+        overrides["redis_url"] = args.redis
+    config = WebConfig.from_env(**overrides)
+    check_database(config.db)
+    if config.redis_url is not None:
+        check_redis_url(config.redis_url)
+    anyio.run(check_reachable, config.db, config.redis_url, backend="asyncio")
+    if not config.admin_enabled:
+        logger.warning("EVENTBUS_ADMIN_TOKEN is not set: the /admin routes are disabled")
+    try:
+        web = create_app(config)
+    except LoginSecretError as exc:
+        raise InputError(f"EVENTBUS_CONSOLE_TOKEN: {exc}") from None
+    if config.console_token is None:
+        logger.warning("EVENTBUS_CONSOLE_TOKEN is not set: the /ops console is disabled")
+    else:
+        logger.info("the operator console is at http://%s:%d/ops", args.host, args.port)
+    uvicorn.run(web, **_server_options(config, host=args.host, port=args.port))
+    return 0
+
+
+def _server_options(config: WebConfig, *, host: str, port: int) -> dict[str, Any]:
+    """The options of ``uvicorn.run``: forwarded headers believed only from the configured
+    proxies.
+
+    uvicorn's defaults (``proxy_headers=True``, ``forwarded_allow_ips="127.0.0.1"``) rewrite
+    the client address from the ``X-Forwarded-For`` of any peer on loopback: any local
+    process, or a client of a same-host proxy that passes the header on, would choose the
+    address that the login throttle counts and the action log records.
+    """
+    trusted = config.trusted_proxies
+    options: dict[str, Any] = {"host": host, "port": port, "log_level": "info"}
+    options["proxy_headers"] = trusted is not None
+    if trusted is not None:
+        options["forwarded_allow_ips"] = trusted
+    return options
 
 
 if __name__ == "__main__":

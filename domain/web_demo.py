@@ -61,7 +61,7 @@ async def seed(app: App) -> None:
 
 def serve_demo(db: str | None, redis_url: str | None, *, port: int = 8000) -> int:
     """Serve on 127.0.0.1:*port* until Ctrl-C; a temporary database unless *db* is given."""
-    from ._cli import serve
+    from .web import main as serve
 
     token = os.environ.get("EVENTBUS_CONSOLE_TOKEN") or secrets.token_urlsafe(18)
     print(f"operator console: http://127.0.0.1:{port}/ops  (token: {token})")  # noqa: T201

@@ -23,13 +23,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._bus import BusStatistics as BusStatistics
-from ._bus import EventBus as EventBus
 from ._codec import decode_payload as decode_payload
 from ._codec import encode_payload as encode_payload
-from ._counting import ListenerStatistics as ListenerStatistics
-from ._emission import Emission as Emission
-from ._emission import current_emission as current_emission
+from ._core._bus import BusStatistics as BusStatistics
+from ._core._bus import EventBus as EventBus
+from ._core._counting import ListenerStatistics as ListenerStatistics
+from ._core._emission import Emission as Emission
+from ._core._emission import current_emission as current_emission
+from ._core._listeners import ErrorPolicy as ErrorPolicy
+from ._core._listeners import Listener as Listener
+from ._core._listeners import Outcome as Outcome
+from ._core._retry import RetryItem as RetryItem
+from ._core._retry import RetryReport as RetryReport
+from ._core._subscription import Subscription as Subscription
 from ._events import Event as Event
 from ._events import EventRegistry as EventRegistry
 from ._events import default_registry as default_registry
@@ -53,13 +59,8 @@ from ._exceptions import UnknownEventError as UnknownEventError
 from ._exceptions import WrongThreadError as WrongThreadError
 from ._failures import FailureRecord as FailureRecord
 from ._failures import FailureStatus as FailureStatus
-from ._listeners import ErrorPolicy as ErrorPolicy
-from ._listeners import Listener as Listener
-from ._listeners import Outcome as Outcome
 from ._patterns import matches as matches
-from ._retry import RetryItem as RetryItem
-from ._retry import RetryReport as RetryReport
-from ._subscription import Subscription as Subscription
+from ._public import show_as_module
 from .backends.memory import MemoryFailureStore as MemoryFailureStore
 
 __all__ = [
@@ -116,11 +117,4 @@ else:
         return found
 
 
-for _name in __all__:
-    _obj = globals()[_name]
-    if getattr(_obj, "__module__", "").startswith("eventbus."):
-        try:
-            _obj.__module__ = "eventbus"
-        except (AttributeError, TypeError):
-            pass
-del _name, _obj
+show_as_module(__name__, *(globals()[name] for name in __all__), public_too=True)

@@ -1,8 +1,8 @@
-"""``python -m eventbus``: see :mod:`eventbus._cli`."""
+"""``python -m eventbus``: see :mod:`eventbus._cli._main`."""
 
 from __future__ import annotations
 
-from ._cli import main
+from ._cli._main import main
 
 if __name__ == "__main__":  # a guard, so that walking the package does not exit
     raise SystemExit(main())

@@ -23,6 +23,7 @@ The tree::
      ├── ListenerShutdownError       a call that shutdown cut short
      ├── ListenerCancelledError      a listener raised a cancellation itself (``propagate``)
      ├── AppLoadError                (ValueError)    ``--app`` names nothing usable
+     ├── InputError                  (ValueError)    a command's bad input (exit status 2)
      ├── MissingExtraError           (ImportError)   an optional part without its extra
      ├── UnmappedEventError          (LookupError)   a bridged pyee name with no mapping
      ├── UnsupportedPyeeEventError   (ValueError)    pyee's ``error`` or ``new_listener``
@@ -32,7 +33,7 @@ The tree::
     UnexpectedFailuresError (AssertionError)  failures a test did not expect
     MaxListenersExceededWarning (RuntimeWarning)  one name has more listeners than it should
 
-Defined beside what raises them: ``AppLoadError`` in :mod:`eventbus.cli`,
+Defined beside what raises them: ``AppLoadError`` and ``InputError`` in :mod:`eventbus.cli`,
 ``MissingExtraError`` in :mod:`eventbus.extras`, the two pyee errors
 in :mod:`eventbus.interop.pyee` (``UnmappedEventError`` is a ``LookupError`` as pyee's own
 ``KeyError`` is; ``UnsupportedPyeeEventError`` a ``ValueError``: the name means nothing on the

@@ -26,6 +26,7 @@ __all__ = [
     "FailureStatus",
     "check_failure_ids",
     "check_offset",
+    "describe_error",
     "new_event_id",
     "qualified_type",
     "safe_str",
@@ -246,6 +247,18 @@ def safe_str(obj: object) -> str:
         except Exception:
             continue
     return f"<unprintable {type(obj).__qualname__}>"
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: first line of the message``, for an ``error:`` line or a log line.
+
+    For a SQLAlchemy error, the driver's own error (``.orig``): SQLAlchemy's text would add
+    the statement and every parameter of the batch.
+    """
+    orig = getattr(exc, "orig", None)
+    shown = orig if isinstance(orig, BaseException) else exc
+    lines = str(shown).strip().splitlines()
+    return f"{type(shown).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 def qualified_type(exc: BaseException) -> str:

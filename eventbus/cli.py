@@ -21,10 +21,13 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from ._exceptions import EventBusError
+from ._failures import describe_error
+from ._public import show_as_module
 
 __all__ = [
     "AppLoadError",
     "EXIT_BROKEN_PIPE",
+    "InputError",
     "add_version_option",
     "describe_error",
     "load_app",
@@ -47,6 +50,12 @@ class AppLoadError(EventBusError, ValueError):
     def __init__(self, option: str, spec: str, problem: str) -> None:
         self.spec = spec
         super().__init__(f"{option} {spec!r} {problem}")
+
+
+class InputError(EventBusError, ValueError):
+    """Bad input found after argparse (a missing database file, an unknown id): a command
+    prints it as one ``error:`` line and exits with status 2. The commands of ``eventbus``,
+    ``scheduler`` and ``domain`` raise this one."""
 
 
 def load_app(spec: str, kind: type[T], *, option: str = "--app") -> T:
@@ -97,18 +106,6 @@ def load_app(spec: str, kind: type[T], *, option: str = "--app") -> T:
     if not isinstance(obj, kind):
         raise AppLoadError(option, spec, f"is {_a(type(obj).__name__)}, not {wanted}")
     return obj
-
-
-def describe_error(exc: BaseException) -> str:
-    """``Type: first line of the message``, for an ``error:`` line or a log line.
-
-    For a SQLAlchemy error, the driver's own error (``.orig``): SQLAlchemy's text would add
-    the statement and every parameter of the batch.
-    """
-    orig = getattr(exc, "orig", None)
-    shown = orig if isinstance(orig, BaseException) else exc
-    lines = str(shown).strip().splitlines()
-    return f"{type(shown).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 def positive_int(text: str) -> int:
@@ -194,3 +191,7 @@ def add_version_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--version", action=_VersionAction, help="print the version of eventbus and exit"
     )
+
+
+# Written beside the failure records it also serves (the backends' log lines use it).
+show_as_module(__name__, describe_error, within="eventbus")

@@ -27,7 +27,7 @@ __all__ = ["EXTRAS", "MissingExtraError", "explain_missing", "missing_extra"]
 #: extra -> the modules of its libraries that our code imports (or that SQLAlchemy's async
 #: engine imports for us: greenlet, and aiosqlite for the default SQLite URLs)
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "sql": ("sqlalchemy", "greenlet", "aiosqlite"),
+    "sql": ("sqlalchemy", "greenlet", "aiosqlite", "platformdirs"),
     "postgres": ("asyncpg",),
     "redis": ("redis",),
     "pyee": ("pyee",),

@@ -1,8 +1,8 @@
-"""Names a package exports but imports on first access (PEP 562), so that importing the
-package stays light: ``import scheduler`` loads neither redis nor SQLAlchemy, and
-``import domain.events`` none of the domain's services.
+"""The plumbing of a package's exports: names imported on first access (PEP 562), so that
+importing the package stays light (``import scheduler`` loads neither redis nor SQLAlchemy,
+``import domain.events`` none of the domain's services); and the path they show.
 
-Used by ``scheduler`` and ``domain``; imports nothing but the standard library.
+Used by ``eventbus``, ``scheduler`` and ``domain``; imports nothing but the standard library.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["lazy_exports"]
+from ._public import show_as_module
+
+__all__ = ["lazy_exports", "show_as_module"]
 
 
 def lazy_exports(
@@ -42,3 +44,6 @@ def lazy_exports(
         return sorted({*vars(sys.modules[package]), *modules})
 
     return __getattr__, __dir__
+
+
+show_as_module(__name__, show_as_module, within="eventbus")

@@ -17,16 +17,17 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, cast
 
 import anyio
 
-from ._bus import EventBus
+from ._core._bus import EventBus
+from ._core._listeners import default_listener_name
 from ._events import Event, EventRegistry
 from ._failures import FailureRecord
-from ._listeners import default_listener_name
 
 __all__ = [
     "AsyncRecordingListener",
@@ -297,6 +298,10 @@ class _CaptureObserver:
             observer.capture.claimed.add(record.id)
 
 
+#: the captures open on each bus, outermost first (an inner one claims what it sees)
+_captures: weakref.WeakKeyDictionary[EventBus, list[_CaptureObserver]] = weakref.WeakKeyDictionary()
+
+
 @contextmanager
 def capture_failures(bus: EventBus) -> Iterator[FailureCapture]:
     """Collect the failure records *bus* makes while the block runs.
@@ -308,14 +313,15 @@ def capture_failures(bus: EventBus) -> Iterator[FailureCapture]:
     the block.
     """
     capture = FailureCapture(bus)
-    observers = bus._sink.observers
-    outer = [o for o in observers if isinstance(o, _CaptureObserver)]
-    observer = _CaptureObserver(capture, outer)
-    observers.append(observer)
+    outer = _captures.setdefault(bus, [])
+    observer = _CaptureObserver(capture, list(outer))
+    bus.add_failure_observer(observer)
+    outer.append(observer)
     try:
         yield capture
     finally:
-        observers.remove(observer)
+        outer.remove(observer)
+        bus.remove_failure_observer(observer)
 
 
 # -- isolation -----------------------------------------------------------------------------------

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from eventbus.lazy import lazy_exports
+from eventbus.lazy import lazy_exports, show_as_module
 
-from ._clock import SystemClock as SystemClock
-from ._clock import VirtualClock as VirtualClock
 from ._context import RunContext as RunContext
 from ._context import TraceIdFilter as TraceIdFilter
 from ._context import current_run as current_run
 from ._context import current_trace_id as current_trace_id
+from ._core._clock import SystemClock as SystemClock
+from ._core._clock import VirtualClock as VirtualClock
+from ._core._loop import Scheduler as Scheduler
+from ._core._loop import SchedulerStatistics as SchedulerStatistics
+from ._core._registry import PauseScope as PauseScope
 from ._cron import CronExpression as CronExpression
 from ._cron import min_interval as min_interval
 from ._cron import validate_cron as validate_cron
@@ -37,10 +40,7 @@ from ._exceptions import SchedulerError as SchedulerError
 from ._jobs import Job as Job
 from ._jobs import JobDefinition as JobDefinition
 from ._jobs import JobOptions as JobOptions
-from ._loop import Scheduler as Scheduler
-from ._loop import SchedulerStatistics as SchedulerStatistics
 from ._records import RunRecord as RunRecord
-from ._registry import PauseScope as PauseScope
 from ._triggers import AtTrigger as AtTrigger
 from ._triggers import CronTrigger as CronTrigger
 from ._triggers import IntervalTrigger as IntervalTrigger
@@ -110,10 +110,4 @@ if not TYPE_CHECKING:  # mypy sees the imports above; a __getattr__ would hide t
 
 # Show the public path in reprs and tracebacks: scheduler.CronExpression, not scheduler._cron.
 # The lazy names keep their public module path (scheduler.backends.redis).
-for _name in __all__:
-    if _name in _LAZY:
-        continue
-    _obj = globals()[_name]
-    if getattr(_obj, "__module__", "").startswith(f"{__name__}._"):
-        _obj.__module__ = __name__
-del _name, _obj
+show_as_module(__name__, *(globals()[name] for name in __all__ if name not in _LAZY))

@@ -37,10 +37,10 @@ from eventbus.console import (
     parse_int,
 )
 
+from ._core._loop import Scheduler
+from ._core._registry import PauseScope
 from ._exceptions import JobLookupError
-from ._loop import Scheduler
 from ._records import RunRecord, RunStatus
-from ._registry import PauseScope
 
 __all__ = ["JobsPage", "RunsPage", "job_path", "scheduler_pages"]
 
@@ -62,13 +62,22 @@ _SCOPES: dict[PauseScope, str] = {
 }
 
 
+#: the last segments of the job actions' paths (``/jobs/<name>/pause``)
+_ACTION_SEGMENTS = frozenset({"trigger", "pause", "resume"})
+
+
 def job_path(name: str) -> str:
     """The console path of job ``name``: ``/jobs/`` and the name, percent-encoded, when a URL
     path carries it unchanged; else ``/jobs/~`` and its UTF-8 in base64url (a segment ``.``
-    or ``..`` is resolved away by clients, a line break matches no route, and a name starting
-    with ``~`` would read as encoded)."""
+    or ``..`` is resolved away by clients, a line break matches no route, a name starting
+    with ``~`` would read as encoded, and ``x/pause`` is the path of job ``x``'s action)."""
     segments = name.split("/")
-    if name.startswith("~") or "\n" in name or any(s in (".", "..") for s in segments):
+    if (
+        name.startswith("~")
+        or "\n" in name
+        or any(s in (".", "..") for s in segments)
+        or (len(segments) > 1 and segments[-1] in _ACTION_SEGMENTS)
+    ):
         encoded = base64.urlsafe_b64encode(name.encode()).decode("ascii").rstrip("=")
         return f"/jobs/~{encoded}"
     return "/jobs/" + quote(name, safe="/")

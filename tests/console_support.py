@@ -15,10 +15,11 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 import uvicorn
@@ -93,6 +94,40 @@ class LiveServer:
         self.server.should_exit = True
         self.thread.join(20)
         self.sock.close()
+
+
+class _ReadyServer(uvicorn.Server):
+    """A uvicorn server that says when it is ready, instead of being polled for it."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = anyio.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self.ready.set()
+
+
+@asynccontextmanager
+async def serving(config: uvicorn.Config) -> AsyncIterator[str]:
+    """Serve *config*'s app in this event loop on a free loopback port; yield its base URL.
+
+    The socket is bound before the server starts, so the port cannot be taken in between
+    (the host and port of *config* are not used)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    server = _ReadyServer(config)
+    with sock:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve, [sock])
+            with anyio.fail_after(10):
+                await server.ready.wait()
+            try:
+                yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+            finally:
+                server.should_exit = True
 
 
 #: The flags that make Debian's Chromium work as root on a closed network.

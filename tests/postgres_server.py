@@ -8,8 +8,10 @@ dies with the session anyway, and a cluster then starts in about a second.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -103,6 +105,11 @@ class PostgresServer:
                 "--no-instructions",
             ]
         )
+        self.launch()
+        self.execute(f'CREATE DATABASE "{self.database}"')
+
+    def launch(self) -> None:
+        """Start the cluster ``initdb`` made (again, after :meth:`shutdown`)."""
         options = (
             f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.sockets} -c fsync=off "
             "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
@@ -124,7 +131,40 @@ class PostgresServer:
         )
         self.running = True
         self._wait_ready()
-        self.execute(f'CREATE DATABASE "{self.database}"')
+
+    def shutdown(self, mode: str = "fast") -> None:
+        """``pg_ctl stop -m MODE``: ``fast`` ends every session (an outage, as an operator's
+        restart makes one); :meth:`launch` starts it again, with its data."""
+        self.resume()
+        self._run([str(self.bin / "pg_ctl"), "stop", "-D", str(self.data), "-m", mode, "-w"])
+        self.running = False
+
+    def _pids(self) -> list[int]:
+        """The postmaster and every process it started (the backends of the sessions)."""
+        first = (self.data / "postmaster.pid").read_text().split()
+        pids = [int(first[0])]
+        for status in Path("/proc").glob("[0-9]*/status"):
+            try:
+                lines = status.read_text().splitlines()
+            except OSError:
+                continue
+            fields = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+            if int(fields.get("PPid", "0")) == pids[0]:
+                pids.append(int(status.parent.name))
+        return pids
+
+    def pause(self) -> None:
+        """SIGSTOP the server and its backends: connections stay open, nothing answers (a
+        stalled VM or disk)."""
+        for pid in self._pids():
+            with contextlib.suppress(ProcessLookupError):  # a backend that just ended
+                os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.running and (self.data / "postmaster.pid").exists():
+            for pid in self._pids():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + 10
@@ -161,6 +201,7 @@ class PostgresServer:
 
     def stop(self) -> None:
         if self.running:
+            self.resume()
             self._run([str(self.bin / "pg_ctl"), "stop", "-D", str(self.data), "-m", "immediate"])
             self.running = False
 

@@ -20,8 +20,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .._failures import FailureRecord, FailureStatus
-from ..cli import describe_error
+from .._failures import FailureRecord, FailureStatus, describe_error
 from ._sql_table import _row, _utc
 
 __all__ = ["BatchInsert"]
@@ -29,13 +28,21 @@ __all__ = ["BatchInsert"]
 # Errors that mean "this row is bad", as opposed to "the database is not available right now"
 # (anything else: the writer keeps the batch and retries with backoff).
 _ROW_ERRORS = (sa_exc.IntegrityError, sa_exc.DataError)
+#: What a driver raises, unwrapped, for a value it cannot bind: sqlite3 an ``OverflowError``
+#: for an int past 64 bits, others a ``ValueError`` or ``TypeError``. Taken for an outage, one
+#: such row stopped the writer for good (the same batch retried forever).
+_BIND_ERRORS = (OverflowError, ValueError, TypeError)
 
 
-def _is_row_error(exc: sa_exc.DBAPIError) -> bool:
+def _is_row_error(exc: BaseException) -> bool:
     """Whether *exc* blames the data; asyncpg reports a data exception (SQLSTATE class 22,
     e.g. a value longer than its column) as a plain ``DBAPIError``, not a ``DataError``.
     """
-    if isinstance(exc, _ROW_ERRORS):
+    if isinstance(exc, _ROW_ERRORS + _BIND_ERRORS):
+        return True
+    if not isinstance(exc, sa_exc.StatementError):
+        return False
+    if isinstance(exc.orig, _BIND_ERRORS):
         return True
     state = getattr(exc.orig, "sqlstate", None)
     return isinstance(state, str) and state[:2] in {"22", "23"}
@@ -139,7 +146,7 @@ class BatchInsert:
                     async with self.engine.begin() as conn:
                         await conn.exec_driver_sql(driver.sql, params)
                     return 0
-                except sa_exc.DBAPIError as exc:
+                except Exception as exc:
                     if not _is_row_error(exc):
                         raise
         rows, bad = await anyio.to_thread.run_sync(_rows, batch)
@@ -151,7 +158,7 @@ class BatchInsert:
             async with self.engine.begin() as conn:
                 await conn.execute(_insert_statement(self.table, self.engine.dialect), rows)
             return len(bad)
-        except sa_exc.DBAPIError as exc:
+        except Exception as exc:
             if not _is_row_error(exc):
                 raise
         return len(bad) + await self._one_by_one(rows)
@@ -168,7 +175,7 @@ class BatchInsert:
                     )
                     if not exists:
                         await conn.execute(sa.insert(self.table), [row])
-            except sa_exc.DBAPIError as exc:
+            except Exception as exc:
                 if not _is_row_error(exc):
                     raise
                 rejected += 1

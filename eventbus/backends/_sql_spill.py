@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
+import platformdirs
 import sqlalchemy as sa
 
 from .._failures import FailureRecord
@@ -34,22 +35,38 @@ try:
 except ImportError:  # pragma: no cover - Windows: one process per spill file
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["SpillBacklog", "SpillFile", "SpillReader", "default_spill_path"]
+__all__ = ["SpillBacklog", "SpillFile", "SpillReader", "default_spill_path", "spill_dir"]
 
 _TIMES = ("first_failed_at", "last_failed_at", "resolved_at")
 
 
+#: the environment variable naming the directory of default spill files
+SPILL_DIR_VARIABLE = "EVENTBUS_SPILL_DIR"
+
+
+def spill_dir() -> Path:
+    """The directory of default spill files that are not next to a SQLite file:
+    ``$EVENTBUS_SPILL_DIR`` if set, else the user's state directory (``$XDG_STATE_HOME/
+    eventbus``, ``~/.local/state/eventbus`` on Linux; the platform's own elsewhere). Never the
+    current directory: a service may start in a read-only or shared one."""
+    chosen = os.environ.get(SPILL_DIR_VARIABLE)
+    if chosen:
+        return Path(chosen).expanduser().absolute()
+    return platformdirs.user_state_path("eventbus")
+
+
 def default_spill_path(url: sa.URL, table: str) -> Path:
-    """Next to a SQLite file (``app.db-eventbus_failures-spill.jsonl``); for a server database
-    or an in-memory one, in the current directory, named after the database
+    """In ``$EVENTBUS_SPILL_DIR`` if set; else next to a SQLite file
+    (``app.db-eventbus_failures-spill.jsonl``); else (a server database, an in-memory one) in
+    the user's state directory (:func:`spill_dir`), named after the database
     (``eventbus-spill-postgresql-db.example-5432-shop-eventbus_failures.jsonl``).
     """
     path = sqlite_file(url)
-    if path is not None:
+    if path is not None and not os.environ.get(SPILL_DIR_VARIABLE):
         return path.with_name(f"{path.name}-{table}-spill.jsonl").absolute()
     parts = (url.get_backend_name(), url.host, url.port and str(url.port), url.database, table)
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(p for p in parts if p))
-    return Path(f"eventbus-spill-{name}.jsonl").absolute()
+    return spill_dir() / f"eventbus-spill-{name}.jsonl"
 
 
 def encode(rec: FailureRecord) -> str:
@@ -73,14 +90,18 @@ def decode(line: str) -> FailureRecord:
 class SpillFile:
     """Appends records to *path* and claims the file for re-ingestion, both under ``flock``."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, make_dir: bool = False) -> None:
         self.path = path
+        #: create the file's directory (private to the user) when it is missing: a state
+        #: directory chosen by default; a path the application gave must exist
+        self.make_dir = make_dir
 
     def __repr__(self) -> str:
         return f"SpillFile({str(self.path)!r})"
 
     def append(self, records: Sequence[FailureRecord]) -> list[tuple[FailureRecord, Exception]]:
-        """Add *records* at the end of the file (created if missing; its directory is not).
+        """Add *records* at the end of the file (created if missing; its directory only with
+        ``make_dir``).
 
         Returns the records that cannot be encoded, with the reason; the others are written.
         """
@@ -94,6 +115,8 @@ class SpillFile:
         if not lines:
             return bad
         data = "".join(lines).encode()
+        if self.make_dir and not self.path.parent.is_dir():
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with self._locked_for_append() as fd:
             end = os.lseek(fd, 0, os.SEEK_END)
             if end and os.pread(fd, 1, end - 1) != b"\n":
@@ -146,8 +169,11 @@ class SpillFile:
 class SpillReader:
     """Reads a claimed spill file in chunks; :meth:`remove` deletes it once all is stored."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, make_dir: bool = False) -> None:
         self.path = path
+        #: create the file's directory (private to the user) when it is missing: a state
+        #: directory chosen by default; a path the application gave must exist
+        self.make_dir = make_dir
         self._fh: IO[bytes] | None
         try:
             self._fh = open(path, "rb")

@@ -108,6 +108,11 @@ class FailureWriter:
             bad = exc
         self._appended(batch, bad, "did not fit the buffer")
 
+    @property
+    def waiting(self) -> int:
+        """Records accepted and not yet in the table: buffered, or spilled and not read back."""
+        return len(self.buffer) + self._spill_accepted - self._ingested_mark
+
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self, task_group: TaskGroup, name: str) -> None:

@@ -1,6 +1,6 @@
 """What the SQL failure store's writer says: one WARNING when an outage starts and one when it
 ends, rate-limited lines about records spilled, refused or lost (the first ones, then a
-summary with counts: :class:`~eventbus._log_limit.LogLimiter`), and a summary at close.
+summary with counts: :class:`~eventbus._core._log_limit.LogLimiter`), and a summary at close.
 
 Split from :mod:`eventbus.backends._sql_writer`, which keeps the counts and decides when to
 speak; this module only words it. Every line names the store (its ``repr``).
@@ -12,9 +12,8 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .._failures import FailureRecord
-from .._log_limit import LogLimiter
-from ..cli import describe_error
+from .._core._log_limit import LogLimiter
+from .._failures import FailureRecord, describe_error
 
 __all__ = ["WriterLog"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -28,7 +29,9 @@ class MemoryFailureStore(AsyncResource):
     """
 
     def __init__(self, *, max_records: int | None = 100_000) -> None:
-        self._records: dict[str, FailureRecord] = {}
+        # ordered: popitem(last=False) evicts in constant time, where popping next(iter())
+        # of a dict scans the holes left by earlier pops (quadratic over a storm)
+        self._records: OrderedDict[str, FailureRecord] = OrderedDict()
         self._max = max_records
         self.evicted = 0
 
@@ -41,7 +44,7 @@ class MemoryFailureStore(AsyncResource):
     def record(self, failure: FailureRecord) -> None:
         self._records[failure.id] = failure
         if self._max is not None and len(self._records) > self._max:
-            oldest = self._records.pop(next(iter(self._records)))
+            _, oldest = self._records.popitem(last=False)
             self.evicted += 1
             if self.evicted % 1000 == 1:
                 logger.warning(

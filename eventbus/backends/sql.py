@@ -18,6 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from .._public import show_as_module
 from ..extras import missing_extra
 
 if _missing := missing_extra(__name__, "sql"):
@@ -36,7 +37,7 @@ from ._sql_common import make_engine as make_engine
 from ._sql_common import migrate_tables as migrate_tables
 from ._sql_common import missing_columns as missing_columns
 from ._sql_common import redact_url as redact_url
-from ._sql_spill import SpillFile, default_spill_path
+from ._sql_spill import SpillFile, default_spill_path, spill_dir
 from ._sql_table import DEFAULT_TABLE as DEFAULT_TABLE
 from ._sql_table import _record, _row, _utc
 from ._sql_table import create_tables as create_tables
@@ -65,7 +66,8 @@ __all__ = [
 
 # The schema and the shared plumbing live in private modules; reprs and tracebacks show the
 # path users import from.
-for _obj in (
+show_as_module(
+    __name__,
     UTCDateTime,
     add_missing_columns,
     create_tables,
@@ -75,9 +77,8 @@ for _obj in (
     migrate_tables,
     missing_columns,
     redact_url,
-):
-    _obj.__module__ = __name__
-del _obj
+    within="eventbus.backends",
+)
 
 #: The library's and the CLI's default database: a file in the current directory, unless the
 #: ``EVENTBUS_DB`` environment variable holds another URL.
@@ -105,6 +106,8 @@ class SqlStoreStatistics:
     rejected: int  #: refused by the database (e.g. too long) or unreadable in the spill file
     lost: int  #: stored nowhere: the spill file could not take them either (logged at ERROR)
     outage: bool  #: the last write attempt failed
+    #: accepted and not yet in the table: buffered, or in the spill file and not read back
+    waiting: int = 0
 
 
 class SqlFailureStore:
@@ -132,9 +135,12 @@ class SqlFailureStore:
     :param max_batch_size: the most rows per transaction: batches double up to it while the
         buffer is deep and each takes under a quarter of a second
     :param buffer_size: most records kept in memory while waiting to be written
-    :param spill_path: the spill file; default: next to a SQLite file
-        (``app.db-eventbus_failures-spill.jsonl``), else in the current directory, named after
-        the database (``eventbus-spill-postgresql-host-5432-app-eventbus_failures.jsonl``)
+    :param spill_path: the spill file; default: in the directory ``$EVENTBUS_SPILL_DIR``
+        names, if set; else next to a SQLite file (``app.db-eventbus_failures-spill.jsonl``);
+        else in the user's state directory (``~/.local/state/eventbus`` on Linux, created
+        private to the user), named after the database
+        (``eventbus-spill-postgresql-host-5432-app-eventbus_failures.jsonl``). The first
+        WARNING about spilled records says where.
     :param retry_backoff: first delay after a failed write, doubling up to *max_backoff*
     :param max_backoff: longest delay between write attempts
     :param close_timeout: how long :meth:`aclose` waits for an unavailable database before
@@ -185,10 +191,11 @@ class SqlFailureStore:
             if spill_path is not None
             else default_spill_path(self.engine.url, self.table.name)
         )
+        chosen = spill_path is None and self.spill_path.parent == spill_dir()
         self._writer = FailureWriter(
             self.engine,
             self.table,
-            SpillFile(self.spill_path),
+            SpillFile(self.spill_path, make_dir=chosen),
             batch_size=batch_size,
             max_batch_size=max_batch_size,
             buffer_size=buffer_size,
@@ -229,6 +236,7 @@ class SqlFailureStore:
             rejected=w.rejected,
             lost=w.lost,
             outage=w.outage is not None,
+            waiting=w.waiting,
         )
 
     # -- recording and lifecycle -----------------------------------------------------------------

@@ -16,6 +16,7 @@ and the security headers (a CSP without inline script, no framing).
 
 from __future__ import annotations
 
+from .._public import show_as_module
 from ..extras import missing_extra
 
 if _missing := missing_extra(__name__, "web"):
@@ -91,11 +92,4 @@ def bus_pages(bus: EventBus) -> list[ConsolePage]:
     return pages
 
 
-for _name in __all__:
-    _obj = globals()[_name]
-    if getattr(_obj, "__module__", "").startswith(f"{__name__}._"):
-        try:
-            _obj.__module__ = __name__
-        except (AttributeError, TypeError):
-            pass
-del _name, _obj
+show_as_module(__name__, *(globals()[name] for name in __all__))

@@ -16,7 +16,7 @@ import jinja2
 from starlette.applications import Starlette
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
@@ -190,13 +190,29 @@ class Console:
             Mount("/static", StaticFiles(packages=[("eventbus.console", "static")])),
         ]
         for page in self.pages:
-            for route in page.routes():
-                path = f"/{page.slug}{route.path}"
-                if isinstance(route, View):
-                    routes.append(Route(path, self._view_endpoint(route), methods=["GET"]))
-                else:
-                    routes.append(Route(path, self._action_endpoint(route), methods=["POST"]))
+            routes += self._page_routes(page)
         return Starlette(routes=routes, exception_handlers={HTTPException: self._http_error})
+
+    def _page_routes(self, page: ConsolePage) -> list[BaseRoute]:
+        """The page's actions first, then its views: Starlette takes the first route whose
+        path *and* method match, so a ``GET`` of ``/failures/retry`` would otherwise be the
+        view ``/failures/{failure_id}`` (a 404 "no such failure") rather than a 405. Every
+        other method of an action's path is a 405, unless a view has that very path (the
+        purge form)."""
+        declared = list(page.routes())
+        views = [r for r in declared if isinstance(r, View)]
+        actions = [r for r in declared if isinstance(r, Action)]
+        view_paths = {v.path for v in views}
+        routes: list[BaseRoute] = []
+        for action in actions:
+            path = f"/{page.slug}{action.path}"
+            routes.append(Route(path, self._action_endpoint(action), methods=["POST"]))
+            if action.path not in view_paths:
+                routes.append(Route(path, _post_only))
+        for view in views:
+            path = f"/{page.slug}{view.path}"
+            routes.append(Route(path, self._view_endpoint(view), methods=["GET"]))
+        return routes
 
     def _context(self, request: Request, session: Session | None) -> dict[str, Any]:
         return {
@@ -210,6 +226,7 @@ class Console:
             "request": request,
             "url": lambda path="/", **q: console_url(request, path, **q),
             "done": None,
+            "notices": [],  # banners of trouble (a failure store that does not answer)
         }
 
     def _page(
@@ -249,7 +266,9 @@ class Console:
             return self._login.not_signed_in(request)
         preq = self._page_request(request, session)
         panels = [p for page in self.pages if (p := await page.panel(preq)) is not None]
-        return self._finish(preq.render("overview.html", panels=panels), request, cookie)
+        notices = [p.notice for p in panels if p.notice]
+        page = preq.render("overview.html", panels=panels, notices=notices)
+        return self._finish(page, request, cookie)
 
     async def _actions(self, request: Request) -> Response:
         session, cookie = await self._login.session(request)
@@ -380,6 +399,13 @@ class Console:
         """The request's form, or the page that says what is wrong with it."""
         try:
             return await read_form(request)
+        except ClientDisconnect:  # nobody reads the answer; a traceback would be noise
+            logger.info(
+                "the client hung up while sending the form of %s %s",
+                request.method,
+                request.url.path,
+            )
+            return Response(status_code=400)
         except ActionError as exc:
             return self._page(
                 request, "error.html", status=exc.status, title="Bad form", message=exc.message
@@ -398,3 +424,8 @@ class Console:
         )
         response.headers.update(exc.headers or {})
         return response
+
+
+async def _post_only(request: Request) -> Response:
+    """Any method but ``POST`` on an action's path."""
+    raise HTTPException(405, headers={"Allow": "POST"})

@@ -13,12 +13,14 @@ import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
+from markupsafe import Markup
 from starlette.responses import Response
 
-from eventbus import EventBus, ListenerStatistics
+from eventbus import EventBus, FailureRecord, ListenerStatistics
 
 from ._charts import bar_chart, time_buckets
 from ._pages import Action, PageRequest, Panel, View
+from ._store_wait import DEFAULT_STORE_TIMEOUT, StoreUnavailable, store_deadline
 
 __all__ = ["WINDOWS", "BusPage"]
 
@@ -48,6 +50,8 @@ class BusPage:
         the listener table shows; without it, a bus that does not count shows no figures
     :param chart_limit: most failures read for the chart (the newest ones); the page says so
         when it reaches it
+    :param store_timeout: seconds the chart waits for the failure store; past it, the page
+        shows the rest and says the store is unavailable
     """
 
     slug = "bus"
@@ -55,10 +59,16 @@ class BusPage:
     templates: tuple[str, str] | None = None
 
     def __init__(
-        self, bus: EventBus, *, count_calls: bool = True, chart_limit: int = 10_000
+        self,
+        bus: EventBus,
+        *,
+        count_calls: bool = True,
+        chart_limit: int = 10_000,
+        store_timeout: float = DEFAULT_STORE_TIMEOUT,
     ) -> None:
         self.bus = bus
         self.chart_limit = chart_limit
+        self.store_timeout = store_timeout
         if count_calls:
             bus.count_calls = True
 
@@ -92,22 +102,32 @@ class BusPage:
         span, count = WINDOWS[window]
         now = datetime.now(UTC)
         store = self.bus.failures
-        await store.flush()
-        recent = await store.query(since=now - span, limit=self.chart_limit)
-        chart = bar_chart(
-            time_buckets(
-                ((r.first_failed_at, r.status.value) for r in recent),
-                end=now,
-                span=span,
-                count=count,
-            ),
-            label=f"Failures per {_step(span / count)} over the last {window}, by status now",
-        )
+        notices: list[str] = []
+        recent: list[FailureRecord] = []
+        chart: Markup | str
+        try:
+            with store_deadline(store, self.store_timeout):
+                await store.flush()
+                recent = await store.query(since=now - span, limit=self.chart_limit)
+        except StoreUnavailable as exc:
+            notices.append(exc.message)
+            chart = "No chart: it is drawn from the failure store, which did not answer."
+        else:
+            chart = bar_chart(
+                time_buckets(
+                    ((r.first_failed_at, r.status.value) for r in recent),
+                    end=now,
+                    span=span,
+                    count=count,
+                ),
+                label=f"Failures per {_step(span / count)} over the last {window}, by status now",
+            )
         counted = {(s.event, s.listener): s for s in self.bus.listener_statistics()}
         return request.render(
             "bus.html",
             status=400 if errors else 200,
             errors=errors,
+            notices=notices,
             stats=self.bus.statistics(),
             rows=self._listener_rows(counted),
             counting=self.bus.count_calls,

@@ -22,6 +22,7 @@ from eventbus import EventBus, FailureRecord, FailureStatus
 from .._chain import causation_chain
 from ._forms import parse_datetime, parse_int
 from ._pages import Action, ActionError, Done, PageRequest, Panel, View
+from ._store_wait import DEFAULT_STORE_TIMEOUT, StoreUnavailable, store_deadline
 
 __all__ = ["FailuresPage"]
 
@@ -77,16 +78,26 @@ class FailuresPage:
     :param count_limit: most rows counted for the overview's figures and the purge
         confirmation (the Protocol has no count); beyond it a count shows as ``N+``
     :param max_attempts: a retry that fails this many times marks the row ``dead``
+    :param store_timeout: seconds a page waits for the store (which waits for its database
+        to write what it holds back); past it, the page says the store is unavailable
     """
 
     slug = "failures"
     title = "Failures"
     templates: tuple[str, str] | None = None
 
-    def __init__(self, bus: EventBus, *, count_limit: int = 10_000, max_attempts: int = 5) -> None:
+    def __init__(
+        self,
+        bus: EventBus,
+        *,
+        count_limit: int = 10_000,
+        max_attempts: int = 5,
+        store_timeout: float = DEFAULT_STORE_TIMEOUT,
+    ) -> None:
         self.bus = bus
         self.count_limit = count_limit
         self.max_attempts = max_attempts
+        self.store_timeout = store_timeout
 
     def __repr__(self) -> str:
         return f"FailuresPage(bus={self.bus!r})"
@@ -105,9 +116,19 @@ class FailuresPage:
 
     async def panel(self, request: PageRequest) -> Panel:
         store = self.bus.failures
-        await store.flush()
-        pending = await store.query(status=FailureStatus.PENDING, limit=self.count_limit)
-        dead = await store.query(status=FailureStatus.DEAD, limit=self.count_limit)
+        try:
+            with store_deadline(store, self.store_timeout):
+                await store.flush()
+                pending = await store.query(status=FailureStatus.PENDING, limit=self.count_limit)
+                dead = await store.query(status=FailureStatus.DEAD, limit=self.count_limit)
+        except StoreUnavailable as exc:
+            return Panel(
+                title=self.title,
+                href=request.url("/failures"),
+                rows=[("store", "unavailable")],
+                alert=True,
+                notice=exc.message,
+            )
         return Panel(
             title=self.title,
             href=request.url("/failures"),
@@ -125,17 +146,25 @@ class FailuresPage:
         filters = self._filters(request, errors)
         page = parse_int(request.query.get("page"), "page", 1, 10_000, errors) or 1
         rows: list[FailureRecord] = []
+        notices: list[str] = []
         if not errors:
             store = self.bus.failures
-            await store.flush()  # what the bus recorded so far is listed
             paging: dict[str, Any] = {"offset": (page - 1) * PER_PAGE} if page > 1 else {}
-            # One row more than a page says whether there is a next one.
-            rows = await store.query(**filters.store_filters(), limit=PER_PAGE + 1, **paging)
+            try:
+                with store_deadline(store, self.store_timeout):
+                    await store.flush()  # what the bus recorded so far is listed
+                    # One row more than a page says whether there is a next one.
+                    rows = await store.query(
+                        **filters.store_filters(), limit=PER_PAGE + 1, **paging
+                    )
+            except StoreUnavailable as exc:
+                notices.append(exc.message)
         query = filters.query()
         return request.render(
             "failures.html",
-            status=400 if errors else 200,
+            status=400 if errors else 503 if notices else 200,
             errors=errors,
+            notices=notices,
             filters=filters,
             form=query,
             statuses=STATUSES,
@@ -175,10 +204,12 @@ class FailuresPage:
 
     async def detail(self, request: PageRequest) -> Response:
         rec = await self._record(request)
+        with store_deadline(self.bus.failures, self.store_timeout):
+            chain = await causation_chain(self.bus.failures, rec)
         return request.render(
             "failure.html",
             rec=rec,
-            chain=await causation_chain(self.bus.failures, rec),
+            chain=chain,
             retryable=rec.status == FailureStatus.PENDING and rec.payload_ok,
             listener_here=self.bus.listener(rec.listener) is not None,
             max_note=MAX_NOTE,
@@ -207,9 +238,10 @@ class FailuresPage:
         """How many rows a purge would delete (at most ``count_limit``): its ``before`` is
         the query's ``until``."""
         before = datetime.now(UTC) - timedelta(days=days)
-        return len(
-            await self.bus.failures.query(status=status, until=before, limit=self.count_limit)
-        )
+        store = self.bus.failures
+        with store_deadline(store, self.store_timeout):
+            rows = await store.query(status=status, until=before, limit=self.count_limit)
+        return len(rows)
 
     def _purge_args(
         self, status: str | None, days: str | None, errors: list[str]
@@ -226,11 +258,18 @@ class FailuresPage:
         failure_id = str(request.path_params["failure_id"])
         rec = None
         if len(failure_id) <= 100:
-            await self.bus.failures.flush()
-            rec = await self.bus.failures.get(failure_id)
+            with store_deadline(self.bus.failures, self.store_timeout):
+                await self.bus.failures.flush()
+                rec = await self.bus.failures.get(failure_id)
         if rec is None:
             raise ActionError(f"There is no failure with id {failure_id[:100]!r}.", status=404)
         return rec
+
+    async def _store_answers(self) -> None:
+        """Refuse an action (503) while the store cannot write, before it does anything: a
+        deadline in its middle could cut a retry between the listener's run and its row."""
+        with store_deadline(self.bus.failures, self.store_timeout):
+            await self.bus.failures.flush()
 
     async def retry(self, request: PageRequest) -> Done:
         rec = await self._record(request)
@@ -252,6 +291,7 @@ class FailuresPage:
         listener = request.field("listener", max_length=MAX_NAME) or None
         correlation = request.field("correlation", max_length=MAX_NAME) or None
         by_chain: dict[str, Any] = {"correlation": correlation} if correlation else {}
+        await self._store_answers()
         report = await self.bus.retry_failures(
             event=event, listener=listener, max_attempts=self.max_attempts, **by_chain
         )
@@ -305,6 +345,7 @@ class FailuresPage:
         if request.field("confirm") != "yes":
             raise ActionError("Tick the confirmation box: purged failures cannot be restored.")
         before = datetime.now(UTC) - timedelta(days=days)
+        await self._store_answers()
         removed = await self.bus.failures.purge(status=status, before=before)
         which = f"{status.value} " if status else ""
         age = f" older than {days} day(s)" if days else ""

@@ -61,13 +61,14 @@ class Done:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Panel:
     """A card on the overview page: a title, a link to the page, and small *rows* of figures
-    (label, value) or a rendered *body*."""
+    (label, value) or a rendered *body*; a *notice* is shown as a banner above the cards."""
 
     title: str
     href: str
     rows: Sequence[tuple[str, object]] = ()
     body: Markup | None = None
     alert: bool = False  #: highlighted: something needs an operator
+    notice: str | None = None  #: a banner on the overview ("the failure store is unavailable")
 
 
 class PageRequest:

@@ -5,6 +5,7 @@ Importing this package loads SQLAlchemy and redis; ``import eventbus`` does not.
 
 from __future__ import annotations
 
+from .._public import show_as_module
 from ..extras import missing_extra
 
 if _missing := missing_extra(__name__, "redis", "sql"):
@@ -16,6 +17,8 @@ from ._envelope import DeadInfo as DeadInfo
 from ._envelope import Envelope as Envelope
 from ._envelope import EnvelopeError as EnvelopeError
 from ._events import DURABLE_EVENTS as DURABLE_EVENTS
+from ._events import BacklogHigh as BacklogHigh
+from ._events import BacklogNormal as BacklogNormal
 from ._events import DeadLettered as DeadLettered
 from ._events import DurableStarted as DurableStarted
 from ._events import DurableStopped as DurableStopped
@@ -43,6 +46,8 @@ from ._tables import metadata as metadata
 from ._tables import outbox_table as outbox_table
 
 __all__ = [
+    "BacklogHigh",
+    "BacklogNormal",
     "DURABLE_EVENTS",
     "DeadInfo",
     "DeadLetter",
@@ -76,11 +81,4 @@ __all__ = [
     "register_durable_events",
 ]
 
-for _name in __all__:
-    _obj = globals()[_name]
-    if getattr(_obj, "__module__", "").startswith("eventbus.durable."):
-        try:
-            _obj.__module__ = "eventbus.durable"
-        except (AttributeError, TypeError):
-            pass
-del _name, _obj
+show_as_module(__name__, *(globals()[name] for name in __all__))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import time
 from typing import Any
 
@@ -25,12 +26,12 @@ from .._events import Event
 from .._exceptions import ListenerTimeoutError
 from .._failures import FailureRecord, FailureStatus, safe_str
 from ._context import Delivery, delivery_var
-from ._envelope import DeadInfo, Envelope, EnvelopeError, raw_value
+from ._envelope import MAX_FIELDS, DeadInfo, Envelope, EnvelopeError, raw_value, shorten
 from ._events import DeadLettered
 from ._exceptions import DeliveriesExhaustedError
 from ._group import Entry, Group
-from ._link import DurableLink, failure_id
-from ._runtime import REDIS_ERRORS, logger, utcnow
+from ._link import DurableLink, failure_id, link_of
+from ._runtime import REDIS_ERRORS, db_deadline, logger, utcnow
 
 __all__ = ["deliver"]
 
@@ -60,7 +61,7 @@ def _envelope(group: Group, entry: Entry) -> Envelope:
     env = Envelope.from_fields(entry.id, entry.fields)
     wanted = group.listener.event_name
     if env.name != wanted:
-        raise EnvelopeError(entry.id, f"it is an event for {env.name!r}, not for {wanted!r}")
+        raise EnvelopeError(entry.id, f"it is an event for {shorten(env.name)}, not for {wanted!r}")
     return env
 
 
@@ -75,12 +76,16 @@ async def _deliver(group: Group, entry: Entry) -> None:
         exhausted = DeliveriesExhaustedError(group.name, entry.deliveries, opts.max_deliveries)
         await _dead_letter(group, entry, env, None, exhausted)
         return
-    event: Event | None = None
+    try:
+        event = decode_payload(rt.registry, env.name, env.payload)
+    except Exception as exc:  # the same bytes fail the same way at every delivery: no retry
+        group.counters.failed += 1
+        await _dead_letter(group, entry, env, None, exc)
+        return
     group.counters.delivered += 1
     delivery = Delivery.of(env, group=group.name, entry_id=entry.id, deliveries=entry.deliveries)
     token = delivery_var.set(delivery)
     try:
-        event = decode_payload(rt.registry, env.name, env.payload)
         ran = await _call(group, event, env)
     except Exception as exc:
         group.counters.failed += 1
@@ -93,9 +98,29 @@ async def _deliver(group: Group, entry: Entry) -> None:
     else:
         group.counters.succeeded += 1
     group.ack_later(entry)
-    dead = DeadInfo.from_fields(entry.fields)
+    dead = _handed_back(group, entry)
     if dead is not None:
         await _resolve(group, dead, env)
+
+
+def _handed_back(group: Group, entry: Entry) -> DeadInfo | None:
+    """The ``dead_*`` fields of an entry handed back to this group, which name its failure
+    row; ``None`` for any other entry. Fields on the event's own stream, or naming another
+    group, are ignored: whoever can write to Redis could otherwise resolve or overwrite any
+    failure row (:func:`_owns` checks the row itself)."""
+    if entry.stream != group.restream:
+        return None
+    dead = DeadInfo.from_fields(entry.fields)
+    if dead is None or dead.group != group.name or not dead.failure_id:
+        return None
+    return dead
+
+
+def _owns(group: Group, row: FailureRecord | None) -> bool:
+    """Whether *row* is a failure row of this group (one it may resolve or update); a row
+    written before the ``durable_*`` columns existed says so in its note."""
+    link = link_of(row) if row is not None else None
+    return link is not None and link.group == group.name
 
 
 async def _call(group: Group, event: Event, env: Envelope) -> bool:
@@ -114,17 +139,26 @@ async def _call(group: Group, event: Event, env: Envelope) -> bool:
 
 
 async def _run(group: Group, event: Event, env: Envelope) -> bool:
+    """:raises TimeoutError: if the transport's own part of a ``tx`` call (the connection,
+    the inbox's row, the commit) waited on the database past ``db_timeout``"""
     rt, listener = group.rt, group.listener
     if listener.takes_tx:
-        async with rt.engine.begin() as conn:
-            if not await rt.inbox.claim(
-                conn, group=group.name, event_id=env.event_id, now=utcnow()
-            ):
-                return False
-            if listener.tx_positional:
-                await listener.fn(event, conn)
-            else:
-                await listener.fn(event, tx=conn)
+        patience = rt.options.db_timeout
+        with anyio.CancelScope() as ours:  # a deadline on our waits, not on the listener's
+            ours.deadline = anyio.current_time() + patience
+            async with rt.engine.begin() as conn:
+                if not await rt.inbox.claim(
+                    conn, group=group.name, event_id=env.event_id, now=utcnow()
+                ):
+                    return False
+                ours.deadline = math.inf  # the listener's own work: call_timeout bounds it
+                if listener.tx_positional:
+                    await listener.fn(event, conn)
+                else:
+                    await listener.fn(event, tx=conn)
+                ours.deadline = anyio.current_time() + patience  # the commit
+        if ours.cancelled_caught:  # committed or not: a retry finds the inbox row if it was
+            raise TimeoutError(f"the database did not answer within db_timeout={patience} s")
         return True
     if listener.is_async:
         value: Any = listener.fn(event)
@@ -184,8 +218,8 @@ async def _dead_letter(
     """Write the failure row (and wait until it is stored), then move the entry to the
     dead-letter stream and acknowledge it, atomically (the ``DEAD_LETTER`` script)."""
     rt, opts = group.rt, group.rt.options
-    previous = DeadInfo.from_fields(entry.fields)
-    fid = previous.failure_id if previous else failure_id(group.name, entry.stream, entry.id)
+    previous = await _previous_row(group, entry)
+    fid = previous.id if previous else failure_id(group.name, entry.stream, entry.id)
     rec = _record(group, entry, env, event, exc, fid)
     await _store(group, rec, previous, exc)
     error = f"{rec.error_type}: {rec.message}"
@@ -197,9 +231,9 @@ async def _dead_letter(
         failure_id=fid,
     )
     args: list[str | bytes] = [group.name, entry.id, str(opts.dead_maxlen)]
-    for field, value in entry.fields.items():
-        if not field.startswith("dead_"):
-            args += (raw_value(field), raw_value(value))  # a damaged entry's bytes as they were
+    kept = [f for f in entry.fields.items() if not f[0].startswith("dead_")][:MAX_FIELDS]
+    for field, value in kept:  # at most MAX_FIELDS: an entry with more was refused for it
+        args += (raw_value(field), raw_value(value))  # a damaged entry's bytes as they were
     for field, value in info.fields().items():
         args += (field, value)
     await rt.fault("dead-letter")
@@ -299,20 +333,45 @@ def _record(
     )
 
 
+async def _previous_row(group: Group, entry: Entry) -> FailureRecord | None:
+    """The failure row of an entry handed back to this group (it dies again: the row is
+    updated); ``None`` for a first death, or when the row named is not this group's."""
+    dead = _handed_back(group, entry)
+    if dead is None:
+        return None
+    try:
+        with db_deadline(group.rt.options.db_timeout):
+            row = await group.rt.failures.get(dead.failure_id)
+    except Exception as err:  # a row of its own then: never one that may not be ours
+        logger.error("could not read the failure row %s: %s", dead.failure_id, safe_str(err))
+        return None
+    if row is not None and not _owns(group, row):
+        logger.warning(
+            "entry %s of %r names failure row %s, which is not a row of group %r: ignored",
+            entry.id,
+            entry.stream,
+            dead.failure_id[:12],
+            group.name,
+        )
+        return None
+    return row
+
+
 async def _store(
-    group: Group, rec: FailureRecord, previous: DeadInfo | None, exc: BaseException
+    group: Group, rec: FailureRecord, old: FailureRecord | None, exc: BaseException
 ) -> None:
-    """Store the row (an update when a redelivered event dies again), waiting until it is
-    written: the dead letter and the acknowledgement come after it."""
+    """Store the row (an update of *old*, this group's row of a redelivered event that died
+    again), waiting until it is written: the dead letter and the acknowledgement come after
+    it."""
     rt = group.rt
     try:
-        old = await rt.failures.get(rec.id) if previous else None
         if old is not None:
-            await rt.failures.update(
-                rec.replace(
-                    attempts=old.attempts + rec.attempts, first_failed_at=old.first_failed_at
+            with db_deadline(rt.options.db_timeout):  # a database gone silent: logged below
+                await rt.failures.update(
+                    rec.replace(
+                        attempts=old.attempts + rec.attempts, first_failed_at=old.first_failed_at
+                    )
                 )
-            )
         else:
             rt.record_failure(rec, exc)
         with anyio.move_on_after(rt.options.visibility / 2):
@@ -325,10 +384,22 @@ async def _resolve(group: Group, dead: DeadInfo, env: Envelope) -> None:
     """A redelivered dead event succeeded: its failure row becomes ``resolved``."""
     rt = group.rt
     try:
-        old = await rt.failures.get(dead.failure_id)
+        with db_deadline(rt.options.db_timeout):
+            old = await rt.failures.get(dead.failure_id)
         if old is None or old.status is FailureStatus.RESOLVED:
             return
-        await rt.failures.update(old.replace(status=FailureStatus.RESOLVED, resolved_at=utcnow()))
+        if not _owns(group, old) or old.event_id != env.event_id:
+            logger.warning(
+                "event %s succeeded in group %r, but failure row %s is not its row: left as is",
+                env.event_id,
+                group.name,
+                dead.failure_id[:12],
+            )
+            return
+        with db_deadline(rt.options.db_timeout):
+            await rt.failures.update(
+                old.replace(status=FailureStatus.RESOLVED, resolved_at=utcnow())
+            )
     except Exception as exc:
         logger.warning(
             "event %s succeeded on redelivery but its failure row %s could not be resolved: %s",

@@ -17,10 +17,19 @@ from typing import Any
 
 from .._exceptions import EventBusError
 
-__all__ = ["DeadInfo", "Envelope", "EnvelopeError", "raw_value", "text_fields"]
+__all__ = ["DeadInfo", "Envelope", "EnvelopeError", "raw_value", "shorten", "text_fields"]
 
 VERSION = "1"
 _OPTIONAL = ("aggregate_key", "causation_id", "correlation_id", "headers")
+#: The most fields an entry may carry: the envelope has at most 10, a redelivery adds 5
+#: ``dead_*`` ones; the rest is room for fields a later version adds. An entry with thousands
+#: is refused before anything copies them (a Lua ``unpack`` fails past about 8,000 values).
+MAX_FIELDS = 64
+#: The longest event, causation and correlation ids: the failure table's and the inbox's
+#: ``VARCHAR(64)`` columns (PostgreSQL refuses a longer value, and any NUL character).
+MAX_ID_LENGTH = 64
+_IDS = ("event_id", "causation_id", "correlation_id")
+_INT64 = range(-(2**63), 2**63)
 
 
 class EnvelopeError(EventBusError, ValueError):
@@ -63,15 +72,44 @@ def raw_value(text: str) -> str | bytes:
     return text
 
 
-def _not_utf8(fields: Mapping[str, str]) -> str | None:
-    """The first field whose name or value was not UTF-8 (see :func:`text_fields`)."""
-    try:  # one encode per entry: this runs for every delivery
-        "".join([*fields, *fields.values()]).encode()
+def _not_text(fields: Mapping[str, str]) -> str | None:
+    """What is wrong with the first field whose name or value was not UTF-8 (see
+    :func:`text_fields`) or holds a NUL character (no SQL text column takes one)."""
+    text = "".join([*fields, *fields.values()])
+    try:  # one join, one encode, one scan per entry: this runs for every delivery
+        text.encode()
     except UnicodeEncodeError:
         for key, value in fields.items():
             if isinstance(raw_value(key), bytes) or isinstance(raw_value(value), bytes):
-                return key
+                return f"field {key!r} is not UTF-8"
+    if "\x00" in text:
+        for key, value in fields.items():
+            if "\x00" in key or "\x00" in value:
+                return f"field {key!r} holds a NUL character"
     return None
+
+
+def shorten(text: str, limit: int = 24) -> str:
+    """*text* as an error message shows it: its repr, cut to about *limit* characters."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"
+
+
+def _limits(entry_id: str, env: Envelope) -> Envelope:
+    """*env*, if its ids fit their columns and its ``seq`` fits 64 bits.
+
+    :raises EnvelopeError: naming the field, shortened
+    """
+    for key in _IDS:
+        value = getattr(env, key)
+        if value is not None and len(value) > MAX_ID_LENGTH:
+            raise EnvelopeError(
+                entry_id, f"{key} {shorten(value)} is longer than {MAX_ID_LENGTH} characters"
+            )
+    if env.seq not in _INT64:
+        raise EnvelopeError(entry_id, f"seq {shorten(str(env.seq))} does not fit 64 bits")
+    return env
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -119,21 +157,27 @@ class Envelope:
 
     @classmethod
     def from_fields(cls, entry_id: str, fields: Mapping[str, str]) -> Envelope:
-        """:raises EnvelopeError: naming the entry and the problem: another version, a field
-        missing or not UTF-8, a ``seq`` that is not an int, headers that are not a JSON
-        object of strings"""
-        bad = _not_utf8(fields)
+        """:raises EnvelopeError: naming the entry and the problem: more than
+        :data:`MAX_FIELDS` fields, another version, a field missing, not UTF-8 or holding a
+        NUL, a ``seq`` that is not a 64-bit int, an id longer than :data:`MAX_ID_LENGTH`,
+        headers that are not a JSON object of strings"""
+        if len(fields) > MAX_FIELDS:
+            raise EnvelopeError(
+                entry_id, f"it has {len(fields)} fields, more than the {MAX_FIELDS} allowed"
+            )
+        bad = _not_text(fields)
         if bad is not None:
-            raise EnvelopeError(entry_id, f"field {bad!r} is not UTF-8")
+            raise EnvelopeError(entry_id, bad)
         version = fields.get("v")
         if version != VERSION:
-            raise EnvelopeError(entry_id, f"version {version!r}, expected {VERSION!r}")
+            shown = "None" if version is None else shorten(version)
+            raise EnvelopeError(entry_id, f"version {shown}, expected {VERSION!r}")
         headers = fields.get("headers")
         if headers is not None and not _is_header_object(headers):
             shown = headers[:80]
             raise EnvelopeError(entry_id, f"headers are not a JSON object of strings: {shown!r}")
         try:
-            return cls(
+            env = cls(
                 event_id=fields["event_id"],
                 name=fields["name"],
                 payload=fields["payload"],
@@ -144,7 +188,9 @@ class Envelope:
         except KeyError as exc:
             raise EnvelopeError(entry_id, f"field {exc.args[0]!r} is missing") from None
         except ValueError:
-            raise EnvelopeError(entry_id, f"seq {fields.get('seq')!r} is not an int") from None
+            shown = shorten(fields.get("seq", ""))
+            raise EnvelopeError(entry_id, f"seq {shown} is not an int") from None
+        return _limits(entry_id, env)
 
 
 def _is_header_object(text: str) -> bool:

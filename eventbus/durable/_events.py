@@ -1,7 +1,8 @@
 """Lifecycle events the durable transport emits on its bus (declared in the default registry).
 
 A bus with its own registry gets them through :func:`register_durable_events`. The alarms
-(``group-recreated``, ``entries-lost``, ``stream-capped``) are also logged at ERROR.
+(``group-recreated``, ``entries-lost``, ``stream-capped``) are also logged at ERROR;
+``backlog-high`` at WARNING, once per episode, and ``backlog-normal`` ends the episode.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from eventbus._events import Event, EventRegistry
 
 __all__ = [
     "DURABLE_EVENTS",
+    "BacklogHigh",
+    "BacklogNormal",
     "DeadLettered",
     "DurableStarted",
     "DurableStopped",
@@ -75,6 +78,24 @@ class StreamCapped(Event, name="eventbus.durable.stream-capped"):
     maxlen: int
 
 
+class BacklogHigh(Event, name="eventbus.durable.backlog-high"):
+    """Backpressure: the outbox holds more than ``bound`` unpublished rows (the relays fall
+    behind the publishers, or Redis is unreachable). Once per episode and relay; no publish
+    is refused: a publisher that can wait may slow down."""
+
+    backlog: int
+    bound: int
+    oldest_age: float | None  #: seconds since the oldest unpublished row was written
+
+
+class BacklogNormal(Event, name="eventbus.durable.backlog-normal"):
+    """The episode of ``backlog-high`` is over: the backlog is back to half ``bound`` or less."""
+
+    backlog: int
+    bound: int
+    seconds: float  #: how long the episode lasted
+
+
 DURABLE_EVENTS: tuple[type[Event], ...] = (
     DurableStarted,
     DurableStopped,
@@ -82,6 +103,8 @@ DURABLE_EVENTS: tuple[type[Event], ...] = (
     GroupRecreated,
     EntriesLost,
     StreamCapped,
+    BacklogHigh,
+    BacklogNormal,
 )
 
 

@@ -29,11 +29,10 @@ import logging
 from collections.abc import Iterable, Sequence
 
 import anyio
-from sqlalchemy.exc import SQLAlchemyError
 
 from .._failures import safe_str
 from ._group import Group
-from ._runtime import REDIS_ERRORS, Runtime, logger, utcnow
+from ._runtime import DB_ERRORS, REDIS_ERRORS, Runtime, db_deadline, logger, utcnow
 from ._stats import JanitorStatistics
 
 __all__ = ["Janitor"]
@@ -65,11 +64,12 @@ class Janitor:
             await anyio.sleep(opts.purge_interval)
             if not any(g.listener.takes_tx for g in self.groups):
                 continue
-            try:
-                await rt.inbox.purge(
-                    rt.engine, before=utcnow() - opts.retention, batch=opts.purge_batch
-                )
-            except SQLAlchemyError as exc:
+            try:  # cut short, it goes on next time: each batch commits on its own
+                with db_deadline(opts.db_timeout):
+                    await rt.inbox.purge(
+                        rt.engine, before=utcnow() - opts.retention, batch=opts.purge_batch
+                    )
+            except DB_ERRORS as exc:
                 rt.log(logging.WARNING, "purge", "inbox purge failed (%s)", safe_str(exc))
 
     async def sweep(self, events: Iterable[str] | None = None, *, force: bool = False) -> int:

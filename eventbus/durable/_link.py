@@ -12,8 +12,8 @@ import dataclasses
 import re
 import uuid
 
+from .._core._retry import DURABLE_NOTE
 from .._failures import FailureRecord
-from .._retry import DURABLE_NOTE
 
 __all__ = ["DurableLink", "failure_id", "link_of", "parse_note"]
 

@@ -7,8 +7,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Literal
 
+from .._core._listeners import default_listener_name, is_async_callable
 from .._events import Event
-from .._listeners import default_listener_name, is_async_callable
 from ._keys import group_name
 
 __all__ = ["DurableListener", "Start", "make_listener"]

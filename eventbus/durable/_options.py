@@ -32,6 +32,12 @@ class DurableOptions:
     call_timeout: float | None = None
     #: longest wait of one blocking read (``XREADGROUP BLOCK``); below the client's timeout
     block: float = 2.0
+    #: the longest the transport's own waits on the database last (the relay's statements,
+    #: purges, failure rows; a ``tx`` call's connection, inbox row and commit): past it the
+    #: wait counts as an outage (retried, with backoff), so that a connection that went
+    #: silent cannot stop a relay or a consumer. The listener's own statements are bounded
+    #: by ``call_timeout``
+    db_timeout: float = 10.0
     #: how long ``aclose()`` lets running listener calls finish before cancelling them
     shutdown_grace: float = 10.0
     #: run a relay in this process (every process may; they share the work)
@@ -40,6 +46,10 @@ class DurableOptions:
     relay_batch: int = 500
     #: a relay's lease on the rows it claimed; another relay may retry them after it
     lease: float = 30.0
+    #: unpublished outbox rows past which the relay reports backpressure (``backlog_high``
+    #: in ``statistics()``, a ``durable.backlog-high`` event once per episode, which ends
+    #: with ``backlog-normal`` at half of it); no publish is refused. None: never
+    backlog_high: int | None = 10_000
     #: how often an idle relay looks for rows other processes committed
     poll_interval: float = 1.0
     #: how long a relay woken by a local commit waits for more commits to join its batch
@@ -64,8 +74,8 @@ class DurableOptions:
 
     def __post_init__(self) -> None:
         problems = []
-        if self.visibility <= 0 or self.lease <= 0 or self.block <= 0:
-            problems.append("visibility, lease and block must be > 0")
+        if self.visibility <= 0 or self.lease <= 0 or self.block <= 0 or self.db_timeout <= 0:
+            problems.append("visibility, lease, block and db_timeout must be > 0")
         if self.max_deliveries < 1 or self.concurrency < 1 or self.relay_batch < 1:
             problems.append("max_deliveries, concurrency and relay_batch must be >= 1")
         if not 0 < self.retry_backoff <= self.visibility:
@@ -83,6 +93,8 @@ class DurableOptions:
             problems.append("poll_interval, purge_interval and janitor_interval must be > 0")
         if self.shutdown_grace < 0 or self.trim_keep < 0 or self.relay_linger < 0:
             problems.append("shutdown_grace, trim_keep and relay_linger must be >= 0")
+        if self.backlog_high is not None and self.backlog_high < 1:
+            problems.append(f"backlog_high={self.backlog_high!r} must be None or >= 1")
         if self.consumer_idle <= 0:
             problems.append("consumer_idle must be > 0")
         if self.call_timeout is not None and self.call_timeout <= 0:

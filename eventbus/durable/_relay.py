@@ -24,14 +24,13 @@ from datetime import timedelta
 import anyio
 from anyio.lowlevel import checkpoint
 from redis.exceptions import RedisError
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .._failures import safe_str
 from ._envelope import VERSION
-from ._events import StreamCapped
+from ._events import BacklogHigh, BacklogNormal, StreamCapped
 from ._outbox import ClaimedRow
-from ._runtime import REDIS_ERRORS, Runtime, logger, utcnow
+from ._runtime import DB_ERRORS, REDIS_ERRORS, Runtime, db_deadline, logger, utcnow
 from ._scripts import ScriptCall, run_scripts
 from ._stats import RelayCounters
 
@@ -44,7 +43,9 @@ MAX_BACKOFF = 5.0
 #: seconds between two cap alarms of one stream
 CAP_ALARM_INTERVAL = 60.0
 #: what a batch may fail with: its rows are given back, the relay backs off and goes on
-RETRIED: tuple[type[Exception], ...] = (*REDIS_ERRORS, SQLAlchemyError, OSError)
+RETRIED: tuple[type[Exception], ...] = (*REDIS_ERRORS, *DB_ERRORS)
+#: the longest a stop that left rows waits to count them (for its log line)
+LEFT_COUNT_PATIENCE = 2.0
 #: the share of its lease after which a claim adds nothing (the rest is a margin for clocks)
 LEASE_SPENT = 0.8
 
@@ -65,8 +66,14 @@ class Relay:
         self._next_backlog = 0.0
         self._next_purge = time.monotonic() + rt.options.purge_interval
         self._capped_at: dict[str, float] = {}
+        self._high_since = 0.0  #: monotonic start of the backlog-high episode
         self._stopping = False
         self._done: anyio.Event | None = None
+        #: monotonic time at which the rows this relay gave back after a failure are
+        #: claimable again (a drain at stop waits for them)
+        self._held_back_until = 0.0
+        #: the last failure of a batch, for the line a stop logs if rows are left
+        self._last_error: str | None = None
         self._conn: AsyncConnection | None = None
         #: (name, event id) of rows marked published whose publish keys are not shortened yet
         self._to_settle: list[tuple[str, str]] = []
@@ -81,6 +88,7 @@ class Relay:
     async def run(self) -> None:
         """Publish until cancelled or stopped; errors are logged and retried with backoff."""
         self._done = anyio.Event()
+        self._stopping = False
         try:
             await self._loop()
         finally:
@@ -88,24 +96,49 @@ class Relay:
                 await self.aclose()
             self._done.set()
 
-    async def stop(self) -> None:
-        """Finish: publish what is left (the caller bounds the wait), then return."""
+    async def stop(self, grace: float) -> None:
+        """Drain, then return: publish every row committed before this call, for at most
+        *grace* seconds. What is left is logged with its count; it stays in the outbox for
+        the next relay (the loop is cancelled by the caller)."""
         self._stopping = True
         self.wake()
-        if self._done is not None:
-            await self._done.wait()
+        done = self._done
+        if done is None:
+            return
+        with anyio.move_on_after(grace):
+            await done.wait()
+        if not done.is_set():
+            await self._log_left(grace)
+
+    async def _log_left(self, grace: float) -> None:
+        count = "an unknown number of"
+        with anyio.move_on_after(LEFT_COUNT_PATIENCE):
+            try:
+                count = str((await self.rt.outbox.backlog(self.rt.engine)).count)
+            except DB_ERRORS:
+                pass
+        logger.warning(
+            "relay: stopped after shutdown_grace=%s s with %s rows unpublished in the outbox "
+            "(%s); the next relay to run publishes them",
+            grace,
+            count,
+            self._last_error or "publishing was still under way",
+        )
 
     async def _loop(self) -> None:
         opts = self.rt.options
         while True:
             self._wakeup = anyio.Event()  # before the claim: a wake during it is not lost
+            # A claim that starts after stop() sees every row this process committed before
+            # it (the wake comes after the commit): the drain ends with such a claim.
+            draining = self._stopping
+            started = time.monotonic()
             try:
                 claimed = await self.publish_batch()
             except RETRIED as exc:
-                if self._stopping:
-                    return
                 self.counters.errors += 1
                 self._backoff = min(max(self._backoff * 2, 0.05), MAX_BACKOFF)
+                self._last_error = f"{type(exc).__name__}: {safe_str(exc)}"
                 self.rt.log(
                     logging.WARNING,
                     ("relay", type(exc)),
@@ -113,15 +146,22 @@ class Relay:
                     safe_str(exc),
                     self._backoff,
                 )
-                await self._update_backlog()
+                if not self._stopping:  # stopping: the drain goes on within the grace
+                    await self._update_backlog()
                 await anyio.sleep(self._backoff)
                 continue
             self._backoff = 0.0
+            self._last_error = None
             if claimed >= opts.relay_batch:
                 await self._update_backlog()  # once a second: saturated is when it matters
                 await checkpoint()
                 continue
             if self._stopping:
+                if not draining or started < self._held_back_until:
+                    # the claim began before the stop, or before rows this relay gave back
+                    # after a failure became claimable again: claim once more
+                    await anyio.sleep(max(0.0, self._held_back_until - time.monotonic()))
+                    continue
                 await self._settle()
                 return
             await self._maintain()
@@ -143,7 +183,8 @@ class Relay:
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
-                await conn.close()
+                with anyio.move_on_after(self.rt.options.db_timeout):
+                    await conn.close()
             except Exception:  # a broken connection: the pool discards it
                 pass
 
@@ -156,11 +197,12 @@ class Relay:
         token = f"{rt.consumer}:{next(self._claims)}"
         claimed_at = utcnow()
         try:
-            db = await self._db()
-            rows = await rt.outbox.claim(
-                db, token=token, limit=opts.relay_batch, lease=opts.lease, now=claimed_at
-            )
-        except SQLAlchemyError:
+            with db_deadline(opts.db_timeout):
+                db = await self._db()
+                rows = await rt.outbox.claim(
+                    db, token=token, limit=opts.relay_batch, lease=opts.lease, now=claimed_at
+                )
+        except DB_ERRORS:
             await self.aclose()
             raise
         if not rows:
@@ -179,22 +221,28 @@ class Relay:
         try:
             stream_ids, refused = await self._add(rows, int(deadline.timestamp() * 1000))
         except REDIS_ERRORS as exc:
-            retry_at = utcnow() + timedelta(seconds=min(max(self._backoff * 2, 0.05), 5.0))
-            await rt.outbox.release(
-                db,
-                token=token,
-                ids=[r.id for r in rows],
-                error=f"{type(exc).__name__}: {safe_str(exc)}",
-                retry_at=retry_at,
-            )
+            delay = min(max(self._backoff * 2, 0.05), MAX_BACKOFF)
+            retry_at = utcnow() + timedelta(seconds=delay)
+            self._held_back_until = time.monotonic() + delay
+            with db_deadline(opts.db_timeout):
+                await rt.outbox.release(
+                    db,
+                    token=token,
+                    ids=[r.id for r in rows],
+                    error=f"{type(exc).__name__}: {safe_str(exc)}",
+                    retry_at=retry_at,
+                )
             raise
         if refused:
             await self._refused(db, token, refused, time.monotonic() - started)
         await rt.fault("published")
         if stream_ids:
             try:
-                marked = await rt.outbox.mark(db, token=token, stream_ids=stream_ids, now=utcnow())
-            except SQLAlchemyError:
+                with db_deadline(opts.db_timeout):
+                    marked = await rt.outbox.mark(
+                        db, token=token, stream_ids=stream_ids, now=utcnow()
+                    )
+            except DB_ERRORS:
                 await self.aclose()
                 raise
             await rt.fault("marked")
@@ -244,10 +292,15 @@ class Relay:
                 opts.lease,
             )
         try:
-            await rt.outbox.release(
-                db, token=token, ids=ids, error="lease spent before publishing", retry_at=utcnow()
-            )
-        except SQLAlchemyError:  # they come back when their lease ends
+            with db_deadline(opts.db_timeout):
+                await rt.outbox.release(
+                    db,
+                    token=token,
+                    ids=ids,
+                    error="lease spent before publishing",
+                    retry_at=utcnow(),
+                )
+        except DB_ERRORS:  # they come back when their lease ends
             await self.aclose()
 
     async def _add(
@@ -347,11 +400,12 @@ class Relay:
         rt, opts = self.rt, self.rt.options
         self._next_purge = time.monotonic() + opts.purge_interval
         before = utcnow() - opts.retention
-        try:
-            self.counters.purged += await rt.outbox.purge(
-                rt.engine, before=before, batch=opts.purge_batch
-            )
-        except SQLAlchemyError as exc:
+        try:  # cut short, it goes on next time: each batch commits on its own
+            with db_deadline(opts.db_timeout):
+                self.counters.purged += await rt.outbox.purge(
+                    rt.engine, before=before, batch=opts.purge_batch
+                )
+        except DB_ERRORS as exc:
             rt.log(logging.WARNING, "purge", "relay: purge failed (%s)", safe_str(exc))
 
     async def _update_backlog(self) -> None:
@@ -359,8 +413,9 @@ class Relay:
             return
         self._next_backlog = time.monotonic() + BACKLOG_INTERVAL
         try:
-            backlog = await self.rt.outbox.backlog(self.rt.engine)
-        except SQLAlchemyError as exc:
+            with db_deadline(self.rt.options.db_timeout):
+                backlog = await self.rt.outbox.backlog(self.rt.engine)
+        except DB_ERRORS as exc:
             self.rt.log(
                 logging.WARNING,
                 "backlog",
@@ -370,6 +425,36 @@ class Relay:
             return
         self.counters.backlog = backlog.count
         self.counters.oldest_age = backlog.oldest_age(utcnow())
+        self._watch_backlog()
+
+    def _watch_backlog(self) -> None:
+        """Backpressure: one alarm when the backlog passes ``backlog_high``, one all-clear
+        when it is back to half of it (a backlog hovering at the bound raises no storm)."""
+        bound, c = self.rt.options.backlog_high, self.counters
+        if bound is None or c.backlog is None:
+            return
+        if not c.backlog_high and c.backlog > bound:
+            c.backlog_high = True
+            self._high_since = time.monotonic()
+            logger.warning(
+                "relay: %d rows wait in the outbox, past backlog_high=%d (the oldest for %s s): "
+                "publishers commit faster than the relays publish, or Redis is unreachable; "
+                "nothing is refused",
+                c.backlog,
+                bound,
+                "?" if c.oldest_age is None else f"{c.oldest_age:.1f}",
+            )
+            self.rt.notify(BacklogHigh(backlog=c.backlog, bound=bound, oldest_age=c.oldest_age))
+        elif c.backlog_high and c.backlog <= bound // 2:
+            c.backlog_high = False
+            seconds = time.monotonic() - self._high_since
+            logger.info(
+                "relay: the outbox backlog is back to %d rows after %.1f s past backlog_high=%d",
+                c.backlog,
+                seconds,
+                bound,
+            )
+            self.rt.notify(BacklogNormal(backlog=c.backlog, bound=bound, seconds=seconds))
 
 
 def _text(value: object) -> str:

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 
+import anyio
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from .._core._log_limit import LogLimiter
 from .._events import Event, EventRegistry
 from .._failures import FailureRecord
-from .._log_limit import LogLimiter
 from ..abc import FailureStore
 from ._inbox import Inbox
 from ._keys import StreamKeys
@@ -22,7 +25,16 @@ from ._options import DurableOptions
 from ._outbox import Outbox
 from ._scripts import Scripts
 
-__all__ = ["REDIS_ERRORS", "AnyRedis", "Fault", "Runtime", "logger", "utcnow"]
+__all__ = [
+    "DB_ERRORS",
+    "REDIS_ERRORS",
+    "AnyRedis",
+    "Fault",
+    "Runtime",
+    "db_deadline",
+    "logger",
+    "utcnow",
+]
 
 logger = logging.getLogger("eventbus.durable")
 
@@ -33,12 +45,29 @@ AnyRedis = Redis | RedisCluster
 #: node during a failover, a command the cluster client refuses) is not a RedisError.
 REDIS_ERRORS: tuple[type[Exception], ...] = (RedisError, RedisClusterException)
 
+#: What a database call may raise while the database is unreachable or going away:
+#: SQLAlchemy's errors, and the socket's own. asyncpg's connect raises the OSError it got
+#: (ConnectionRefusedError while PostgreSQL is down) without SQLAlchemy wrapping it; a
+#: bounded wait that ran out raises TimeoutError, an OSError too.
+DB_ERRORS: tuple[type[Exception], ...] = (SQLAlchemyError, OSError)
+
 #: A test's hook at a named point of the relay or a consumer (fault injection); awaited there.
 Fault = Callable[[str], Awaitable[None]]
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+@contextlib.contextmanager
+def db_deadline(seconds: float) -> Iterator[None]:
+    """Bound a wait on the database (``db_timeout``): a connection gone silent (a paused
+    server, a dropped network path) raises ``TimeoutError``, one of :data:`DB_ERRORS`, and is
+    handled as an outage, instead of stalling its caller for as long as it lasts."""
+    with anyio.CancelScope(deadline=anyio.current_time() + seconds) as scope:
+        yield
+    if scope.cancelled_caught:
+        raise TimeoutError(f"the database did not answer within db_timeout={seconds} s")
 
 
 async def _no_fault(_point: str) -> None:

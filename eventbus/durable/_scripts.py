@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 if TYPE_CHECKING:
     from redis.commands.core import AsyncScript
 
-    from ._runtime import AnyRedis
 
 __all__ = ["ScriptCall", "Scripts", "run_scripts"]
 
@@ -114,13 +114,17 @@ end
 return {r[1], r[2], r[3] or {}, counts}
 """
 
-#: Move an entry to the dead-letter stream: acknowledge it, and only if that acknowledged
-#: something, add the dead letter (so a retried call adds nothing twice). KEYS: stream read
-#: from, dead-letter stream. ARGV: group, entry id, dead-letter MAXLEN cap, field/value pairs.
-#: Returns the dead letter's id, or false if the entry was no longer pending.
+#: Move an entry to the dead-letter stream: only if it is still pending (so a retried call
+#: adds nothing twice), add the dead letter, then acknowledge it. Adding first: a script that
+#: fails on the way (an error stops it, and nothing is rolled back) leaves the entry pending,
+#: never acknowledged without its dead letter. KEYS: stream read from, dead-letter stream.
+#: ARGV: group, entry id, dead-letter MAXLEN cap, field/value pairs. Returns the dead
+#: letter's id, or false if the entry was no longer pending.
 DEAD_LETTER = """
-if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then return false end
-return redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 4))
+if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then return false end
+local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 4))
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+return id
 """
 
 #: Hand entries back to one group: copy each from the source stream (a dead-letter stream) to
@@ -219,7 +223,7 @@ return out
 class Scripts:
     """The scripts registered on one client (``EVALSHA``, loaded again after a restart)."""
 
-    def __init__(self, client: AnyRedis) -> None:
+    def __init__(self, client: Redis | RedisCluster) -> None:
         self.publish: AsyncScript = client.register_script(PUBLISH)
         self.settle: AsyncScript = client.register_script(SETTLE)
         self.renew: AsyncScript = client.register_script(RENEW)
@@ -231,7 +235,7 @@ class Scripts:
 
 
 async def run_scripts(
-    client: AnyRedis, calls: Sequence[ScriptCall], *, reload: bool = True
+    client: Redis | RedisCluster, calls: Sequence[ScriptCall], *, reload: bool = True
 ) -> list[Any]:
     """``EVALSHA`` every call in one pipeline; return each call's reply or exception.
 

@@ -27,6 +27,7 @@ class RelayCounters:
     purged: int = 0
     backlog: int | None = None
     oldest_age: float | None = None
+    backlog_high: bool = False
 
     def snapshot(self) -> RelayStatistics:
         return RelayStatistics(**dataclasses.asdict(self))
@@ -45,6 +46,9 @@ class RelayStatistics:
     purged: int  #: published rows deleted after the retention period
     backlog: int | None  #: unpublished rows at the last check (``None``: not checked yet)
     oldest_age: float | None  #: seconds since the oldest unpublished row was written
+    #: the backlog passed ``backlog_high`` and has not come back to half of it since
+    #: (backpressure: publishers commit faster than the relays publish, or Redis is down)
+    backlog_high: bool
 
 
 @dataclasses.dataclass(slots=True)

@@ -90,8 +90,7 @@ class Tasks:
             for consumer in self.consumers:
                 tg.start_soon(stop, consumer)
         if self.relay is not None:
-            with anyio.move_on_after(grace):
-                await self.relay.stop()
+            await self.relay.stop(grace)
         assert self._scope is not None
         self._scope.cancel()
         await self._stopped.wait()

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, overload
 
-from .._bus import EventBus
+from .._core._bus import EventBus
+from .._core._listeners import default_listener_name, is_async_callable
 from .._events import Event
 from .._exceptions import ListenerLookupError, PayloadError
-from .._listeners import default_listener_name, is_async_callable
 from ._pyee_common import (
     PYEE_SPECIAL,
     CallShape,

@@ -47,14 +47,15 @@ from opentelemetry.trace import (
     TracerProvider,
 )
 
-from .._bus import EventBus
-from .._calls import attempt
-from .._emission import Emission
+from .._core._bus import EventBus
+from .._core._calls import attempt
+from .._core._emission import Emission
+from .._core._listeners import Listener, Outcome
+from .._core._nesting import Nesting
+from .._core._sink import AWAITABLE_HINT
+from .._core._table import Plan
 from .._events import Event
 from .._failures import FailureRecord
-from .._listeners import Listener, Outcome
-from .._sink import AWAITABLE_HINT
-from .._table import Plan
 
 __all__ = ["BusInstrumentation", "instrument"]
 
@@ -80,15 +81,15 @@ def instrument(
     """
     if not isinstance(bus, EventBus):
         raise TypeError(f"instrument() needs an EventBus, got {bus!r}")
-    if bus._compiled.observer is not None:
+    if bus.observer is not None:
         raise RuntimeError(f"{bus!r} is instrumented already; call uninstrument() first")
     instrumentation = BusInstrumentation(bus, tracer_provider, meter_provider)
-    bus._observe(instrumentation)
+    bus.instrument(instrumentation)
     return instrumentation
 
 
 class BusInstrumentation:
-    """The spans and instruments of one bus (an :class:`eventbus._observe.Observer`)."""
+    """The spans and instruments of one bus (an :class:`eventbus._core._observe.Observer`)."""
 
     def __init__(
         self,
@@ -97,7 +98,7 @@ class BusInstrumentation:
         meter_provider: MeterProvider | None,
     ) -> None:
         self.bus = bus
-        self._nesting = bus._nesting
+        self._nesting: Nesting = Nesting(1)  # until bound() hands it the bus's
         self.tracer = trace.get_tracer(_SCOPE, tracer_provider=tracer_provider)
         meter = metrics.get_meter(_SCOPE, meter_provider=meter_provider)
         self._emits = meter.create_counter(
@@ -128,10 +129,13 @@ class BusInstrumentation:
 
     def uninstrument(self) -> None:
         """Stop: the bus calls its listeners directly again."""
-        if self.bus._compiled.observer is self:
-            self.bus._observe(None)
+        if self.bus.observer is self:
+            self.bus.instrument(None)
 
     # -- the Observer protocol ---------------------------------------------------------------
+
+    def bound(self, nesting: Nesting) -> None:
+        self._nesting = nesting
 
     def listener(self, sub: Listener) -> Callable[[Any], Any]:
         fn = sub.fn

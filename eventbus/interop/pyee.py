@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Literal, Self, cast
 
+from .._public import show_as_module
 from ..extras import missing_extra
 
 if _missing := missing_extra(__name__, "pyee"):
@@ -41,7 +42,7 @@ if _missing := missing_extra(__name__, "pyee"):
 
 from pyee import EventEmitter
 
-from .._bus import EventBus
+from .._core._bus import EventBus
 from .._events import Event
 from .._exceptions import EventBusError, PayloadError, UnknownEventError
 from ._pyee_common import PYEE_SPECIAL, call_shape, event_fields
@@ -287,6 +288,4 @@ def bridge_to_pyee(
 
 
 # Defined in private modules; reprs and tracebacks show the path users import from.
-for _obj in (PyeeFacade, UnsupportedPyeeEventError, as_pyee):
-    _obj.__module__ = __name__
-del _obj
+show_as_module(__name__, PyeeFacade, UnsupportedPyeeEventError, as_pyee, within="eventbus.interop")

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from eventbus.extras import missing_extra
+from eventbus.lazy import show_as_module
 
 if _missing := missing_extra(__name__, "sql"):
     raise _missing
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 # Defined in _sql_schema; this module is its public home.
-create_tables.__module__ = __name__
+show_as_module(__name__, create_tables, within="scheduler.backends")
 
 
 def _row_to_record(row: sa.Row[Any]) -> RunRecord:

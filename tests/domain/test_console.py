@@ -3,6 +3,7 @@ the ``/ops`` mount in :mod:`domain.web`, the view history, and the web demo's da
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -10,13 +11,15 @@ import httpx
 import pytest
 from sqlalchemy import insert, update
 from starlette.applications import Starlette
+from starlette.routing import Mount
 
 from domain import App
+from domain.console import domain_console
 from domain.db import articles
 from domain.view_history import ViewHistory
 from domain.web import WebConfig, create_app
 from domain.web_demo import seed
-from eventbus.console import LoginSecretError
+from eventbus.console import Action, LoginSecretError, View
 from tests.console_support import TOKEN, login, result_banner, text
 from tests.domain.conftest import domain_app, settle
 
@@ -263,3 +266,27 @@ async def test_the_web_demo_seeds_every_page_once(
     page = (await client.get("/ops/articles")).text
     assert page.count("<tr>") == 5  # the header and four articles
     assert len(await app.publisher.pending()) == 1
+
+
+async def test_a_get_of_any_action_is_a_405(web: Starlette) -> None:
+    """Regression test: a ``GET`` of an action under a page's catch-all view was that view
+    (``/ops/jobs/<name>/trigger`` the job ``<name>/trigger``, ``/ops/failures/retry`` the
+    failure ``retry``): a 404 "no such ..." instead of a 405. Walks every page's routes."""
+    console = domain_console(domain_app(web), secret=TOKEN)
+    transport = httpx.ASGITransport(app=Starlette(routes=[Mount("/ops", console)]))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        await login(client)
+        walked = []
+        for page in console.pages:
+            routes = list(page.routes())
+            views = {r.path for r in routes if isinstance(r, View)}
+            for action in (r for r in routes if isinstance(r, Action)):
+                if action.path in views:
+                    continue  # a view at the same path shows a form (the purge confirmation)
+                path = "/ops/" + page.slug + re.sub(r"\{[^}]*\}", "flush_clicks", action.path)
+                for method in ("GET", "HEAD", "PUT"):
+                    r = await client.request(method, path)
+                    assert (r.status_code, r.headers.get("allow")) == (405, "POST"), (method, path)
+                walked.append(path)
+    assert {"/ops/failures/retry", "/ops/jobs/flush_clicks/trigger"} <= set(walked)
+    assert len(walked) >= 9

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
-import domain._cli
+import domain.web
 import domain.web_demo
 from domain.demo import main, run_demo
 
@@ -80,11 +80,11 @@ def test_web_demo_forwards_db_and_redis(
     served: list[tuple[list[str] | None, dict[str, Any]]] = []
 
     def serve(args: list[str] | None = None, *, overrides: dict[str, Any]) -> int:
-        served.append((args, overrides))  # domain._cli.serve, without uvicorn
+        served.append((args, overrides))  # domain.web.main, without uvicorn
         return 0
 
     monkeypatch.delenv("EVENTBUS_CONSOLE_TOKEN", raising=False)
-    monkeypatch.setattr(domain._cli, "serve", serve)
+    monkeypatch.setattr(domain.web, "main", serve)
     assert main(argv) == 0
     [(args, overrides)] = served
     assert args is not None

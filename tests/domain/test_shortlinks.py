@@ -45,10 +45,10 @@ def test_codes_are_six_base62_characters_drawn_without_bias() -> None:
         pytest.param("https://example.com", id="https"),
         pytest.param("http://example.com:8080/a?b=c#d", id="http-port-query"),
         pytest.param("HTTPS://Example.COM/Path", id="upper-scheme"),
-        pytest.param("https://[::1]/x", id="ipv6"),
-        pytest.param("http://127.0.0.1:8000/", id="ipv4"),
-        pytest.param("http://10.0.0.255./", id="ipv4-trailing-dot"),
-        pytest.param("http://0.0.0.0/", id="ipv4-zeros"),
+        pytest.param("https://[2606:4700::1111]/x", id="ipv6"),
+        pytest.param("http://93.184.215.14:8000/", id="ipv4"),
+        pytest.param("http://8.8.8.8./", id="ipv4-trailing-dot"),
+        pytest.param("https://localhost.example.com/", id="localhost-label-of-a-domain"),
         pytest.param("https://123abc.example/x", id="label-starting-with-digits"),
         pytest.param("https://example.0xg/", id="last-label-not-a-number"),
         pytest.param("https://xn--bcher-kva.example/", id="idna-a-label"),
@@ -105,6 +105,89 @@ def test_refused_urls_name_the_reason(url: str, reason: str) -> None:
         validate_url(url)
 
 
+INTRANET = "intranet targets need allow_intranet=True"
+LOOPBACK = "is loopback (the machine that follows the link)"
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        pytest.param("http://127.0.0.1:8000/", f"host '127.0.0.1' {LOOPBACK}", id="loopback"),
+        pytest.param("http://127.9.9.9/", f"host '127.9.9.9' {LOOPBACK}", id="loopback-8"),
+        pytest.param("https://[::1]/x", f"host [::1] {LOOPBACK}", id="loopback-ipv6"),
+        pytest.param("http://localhost:3000/", f"host 'localhost' {LOOPBACK}", id="localhost"),
+        pytest.param("http://LocalHost./", f"host 'localhost.' {LOOPBACK}", id="localhost-dot"),
+        pytest.param("http://admin.localhost/", f"host 'admin.localhost' {LOOPBACK}",
+                     id="dot-localhost"),
+        pytest.param("http://169.254.10.1/", "host '169.254.10.1' is link-local",
+                     id="link-local"),
+        pytest.param("http://[fe80::1]/", "host [fe80::1] is link-local", id="link-local-ipv6"),
+        pytest.param("http://10.0.0.255./", "host '10.0.0.255.' is private", id="private-10"),
+        pytest.param("http://172.16.0.1/", "host '172.16.0.1' is private", id="private-172"),
+        pytest.param("http://192.168.1.1/", "host '192.168.1.1' is private", id="private-192"),
+        pytest.param("http://[fd12:3456::1]/", "host [fd12:3456::1] is private", id="ula"),
+        pytest.param("http://100.64.0.1/", "host '100.64.0.1' is not globally reachable",
+                     id="shared-cgnat"),
+        pytest.param("http://[::ffff:127.0.0.1]/",
+                     f"host [::ffff:127.0.0.1] (the IPv4 address 127.0.0.1) {LOOPBACK}",
+                     id="ipv4-mapped"),
+        pytest.param("http://[2002:c0a8:101::]/",
+                     "(the IPv4 address 192.168.1.1) is private", id="6to4"),
+    ],
+)  # fmt: skip
+def test_loopback_link_local_and_private_targets_need_the_intranet_option(
+    url: str, reason: str
+) -> None:
+    """Regression test: links to loopback, link-local and private addresses were accepted,
+    so a public shortener sent whoever follows its links (a browser, a link-preview fetcher)
+    into their own machine or network."""
+    with pytest.raises(InvalidUrlError, match=re.escape(f"{reason}; {INTRANET}")):
+        validate_url(url)
+    assert validate_url(url, allow_intranet=True) == url
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        pytest.param("http://169.254.169.254/latest/meta-data/",
+                     "host '169.254.169.254' is a cloud metadata service", id="metadata"),
+        pytest.param("http://[fd00:ec2::254]/latest/",
+                     "host [fd00:ec2::254] is a cloud metadata service", id="metadata-ipv6"),
+        pytest.param("http://metadata.google.internal/computeMetadata/v1/",
+                     "host 'metadata.google.internal' is a cloud metadata service",
+                     id="metadata-gcp"),
+        pytest.param("http://metadata.google.internal./",
+                     "host 'metadata.google.internal.' is a cloud metadata service",
+                     id="metadata-gcp-dot"),
+        pytest.param("http://[64:ff9b::a9fe:a9fe]/",
+                     "(the IPv4 address 169.254.169.254) is a cloud metadata service",
+                     id="metadata-nat64"),
+        pytest.param("http://0.0.0.0/", "host '0.0.0.0' is the unspecified address",
+                     id="unspecified"),
+        pytest.param("http://[::]/", "host [::] is the unspecified address",
+                     id="unspecified-ipv6"),
+        pytest.param("http://224.0.0.1/", "host '224.0.0.1' is a multicast address",
+                     id="multicast"),
+        pytest.param("http://255.255.255.255/", "host '255.255.255.255' is in a reserved range",
+                     id="broadcast"),
+        pytest.param("http://[fe80::1%25eth0]/", "host [fe80::1%25eth0] has an IPv6 zone id",
+                     id="zone-id"),
+        pytest.param("http://[::1%251]:8000/", "host [::1%251] has an IPv6 zone id",
+                     id="zone-id-loopback"),
+    ],
+)  # fmt: skip
+def test_metadata_unspecified_and_zoned_targets_are_refused_even_on_an_intranet(
+    url: str, reason: str
+) -> None:
+    """Regression test: a link could lead to the cloud metadata service (instance
+    credentials), to the unspecified address (the follower's own machine) or to an
+    address with a zone id (an interface of the follower's machine)."""
+    for allow_intranet in (False, True):
+        with pytest.raises(InvalidUrlError, match=re.escape(reason)) as refused:
+            validate_url(url, allow_intranet=allow_intranet)
+        assert INTRANET not in str(refused.value)
+
+
 HIDDEN = "which hides where the link goes; write it as"
 NOT_AN_ADDRESS = "ends in a number, so browsers read it as an IPv4 address, and it is not one"
 
@@ -151,6 +234,16 @@ async def test_create_refuses_bad_url_before_touching_the_pool(engine: AsyncEngi
     with pytest.raises(InvalidUrlError, match="javascript"):
         await links.create("javascript:alert(document.cookie)")
     assert await links.idle_codes() == 3
+
+
+async def test_intranet_targets_are_an_option_of_the_service(engine: AsyncEngine) -> None:
+    public, intranet = ShortLinks(engine), ShortLinks(engine, allow_intranet=True)
+    await public.refill(watermark=3)
+    with pytest.raises(InvalidUrlError, match=re.escape("host '10.0.0.5' is private")):
+        await public.create("http://10.0.0.5/wiki")
+    assert (await intranet.create("http://10.0.0.5/wiki")).url == "http://10.0.0.5/wiki"
+    with pytest.raises(InvalidUrlError, match="is a cloud metadata service"):
+        await intranet.create("http://169.254.169.254/latest/meta-data/")
 
 
 async def test_refill_reaches_watermark_and_skips_duplicate_codes(engine: AsyncEngine) -> None:

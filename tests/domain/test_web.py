@@ -167,6 +167,34 @@ async def test_create_link_errors_are_json(
     assert r.json()["detail"]
 
 
+async def test_a_link_to_the_metadata_service_is_refused_with_the_reason(
+    client: httpx.AsyncClient,
+) -> None:
+    r = await client.post("/links", json={"url": "http://169.254.169.254/latest/meta-data/"})
+    assert (r.status_code, r.json()["error"]) == (400, "invalid_url")
+    assert r.json()["detail"].endswith("host '169.254.169.254' is a cloud metadata service")
+    r = await client.post("/links", json={"url": "http://192.168.0.10/"})
+    assert r.json()["detail"].endswith(
+        "host '192.168.0.10' is private; intranet targets need allow_intranet=True"
+    )
+
+
+async def test_intranet_links_are_an_option_of_the_web_application(tmp_path: Path) -> None:
+    config = WebConfig.from_env(
+        {"EVENTBUS_ALLOW_INTRANET_LINKS": "1"},
+        db=tmp_path / "web.db",
+        app_options={"refill_watermark": 5},
+    )
+    web = create_app(config)
+    async with web.router.lifespan_context(web):
+        transport = httpx.ASGITransport(app=web)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            r = await client.post("/links", json={"url": "http://192.168.0.10/"})
+            assert r.status_code == 201
+            r = await client.post("/links", json={"url": "http://[fd00:ec2::254]/"})
+            assert r.status_code == 400
+
+
 async def test_a_body_that_is_not_json_is_a_json_error(client: httpx.AsyncClient) -> None:
     r = await client.post("/links", content=b"{nope")
     assert r.status_code == 400

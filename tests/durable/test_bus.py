@@ -21,7 +21,7 @@ from eventbus import (
     FailureStatus,
     MemoryFailureStore,
 )
-from eventbus._cli import main
+from eventbus._cli._main import main
 from eventbus.durable import DeadLettered, DurableStarted, DurableStopped, RedisStreams
 from tests.durable.conftest import Factory, effect_rows, wait_until
 from tests.durable.events import REG, OrderPaid, Refunded, effects

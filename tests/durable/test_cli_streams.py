@@ -13,7 +13,7 @@ from redis import Redis as SyncRedis
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from eventbus import Event, MemoryFailureStore
-from eventbus._cli import main
+from eventbus._cli._main import main
 from eventbus.backends.redis import make_redis_client
 from eventbus.backends.sql import make_engine
 from eventbus.durable import DeadLettered, DurableOptions, RedisStreams

@@ -110,6 +110,8 @@ def test_a_failure_row_links_to_its_group_by_its_columns_or_an_old_rows_note() -
         pytest.param({"maxlen": 10}, r"maxlen=10 must be None or >= 100", id="maxlen"),
         pytest.param({"max_deliveries": 0}, "max_deliveries", id="deliveries"),
         pytest.param({"retention": timedelta(0)}, "retention > 0", id="retention"),
+        pytest.param({"db_timeout": 0.0}, "db_timeout must be > 0", id="db_timeout"),
+        pytest.param({"backlog_high": 0}, r"backlog_high=0 must be None or >= 1", id="backlog"),
     ],
 )
 def test_options_that_break_a_guarantee_are_refused(

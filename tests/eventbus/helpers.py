@@ -113,7 +113,7 @@ def count_compiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     ``compile``, with its cache of compiled code emptied first; private)."""
     import collections
 
-    from eventbus import _compiler
+    from eventbus._core import _compiler
 
     sources: list[str] = []
     monkeypatch.setattr(_compiler, "_codes", collections.OrderedDict(), raising=False)

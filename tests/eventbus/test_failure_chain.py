@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from eventbus import Event, EventBus, EventRegistry, FailureRecord
-from eventbus._cli import main
+from eventbus._cli._main import main
 from eventbus.backends.sql import (
     SqlFailureStore,
     add_missing_columns,

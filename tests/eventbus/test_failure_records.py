@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterator
 import anyio
 import pytest
 
-from eventbus import Event, EventBus, FailureRecord, ListenerErrors, MemoryFailureStore, _compiler
+from eventbus import Event, EventBus, FailureRecord, ListenerErrors, MemoryFailureStore
+from eventbus._core import _compiler
 from eventbus._failures import safe_str
 from tests.eventbus.helpers import OrderPaid, OrderShipped, Recorder, reg
 

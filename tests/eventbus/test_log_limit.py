@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from eventbus._log_limit import LogLimiter
+from eventbus._core._log_limit import LogLimiter
 
 
 class FakeClock:

@@ -12,10 +12,10 @@ import pytest
 
 import eventbus
 import scheduler
-from eventbus._cli import main as eventbus_main
+from eventbus._cli._main import main as eventbus_main
 from eventbus._version import source_tree_version
 from eventbus.cli import prog_name
-from scheduler._cli import main as scheduler_main
+from scheduler._cli._main import main as scheduler_main
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from scheduler import CronExpression, LocalLock, MemoryRunStore, RunContext, Scheduler, VirtualClock
-from scheduler._catch_up import COUNT_CAP, latest_between, needs_catch_up, plan_catch_up
+from scheduler._core._catch_up import COUNT_CAP, latest_between, needs_catch_up, plan_catch_up
 from scheduler._jobs import Job
 from scheduler._triggers import AtTrigger, CronTrigger, IntervalTrigger, TimeoutTrigger
 from scheduler.abc import RunStore

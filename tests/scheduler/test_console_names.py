@@ -46,7 +46,7 @@ async def noop(run: RunContext) -> None:
 def test_ordinary_names_keep_readable_paths() -> None:
     assert job_path("daily:report") == "/jobs/daily%3Areport"
     assert job_path("reports/weekly") == "/jobs/reports/weekly"
-    for name in ("..", "a\nb", "~tilde", "a/./b"):
+    for name in ("..", "a\nb", "~tilde", "a/./b", "x/pause", "a/b/trigger"):
         assert job_path(name).startswith("/jobs/~"), name
 
 

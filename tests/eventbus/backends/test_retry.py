@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from eventbus import Event, EventBus, EventRegistry, FailureStatus
-from eventbus._retry import RetryReport
+from eventbus._core._retry import RetryReport
 from eventbus.backends.sql import SqlFailureStore
 from tests.eventbus.helpers import Flaky
 

@@ -54,25 +54,58 @@ async def start_flush_close(store: SqlFailureStore) -> None:
             await store.aclose()
 
 
-def test_the_spill_file_sits_next_to_a_sqlite_file_else_in_the_cwd(
+PG_URL = "postgresql+asyncpg://app:s3cret@db.example:5432/shop"
+PG_SPILL = "eventbus-spill-postgresql-db.example-5432-shop-eventbus_failures.jsonl"
+
+
+def test_the_spill_file_sits_next_to_a_sqlite_file_else_in_the_users_state_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Regression test: for a server database the spill file went to the current directory
+    (read-only or shared for a service; a checkout for a developer)."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    monkeypatch.delenv("EVENTBUS_SPILL_DIR", raising=False)
     monkeypatch.chdir(tmp_path)
     assert SqlFailureStore(tmp_path / "app.db").spill_path == (
         tmp_path / "app.db-eventbus_failures-spill.jsonl"
     )
     assert SqlFailureStore("rel.db", table="t").spill_path == tmp_path / "rel.db-t-spill.jsonl"
-    pg = SqlFailureStore("postgresql+asyncpg://app:s3cret@db.example:5432/shop")
-    assert (
-        pg.spill_path
-        == tmp_path / "eventbus-spill-postgresql-db.example-5432-shop-eventbus_failures.jsonl"
-    )
+    assert SqlFailureStore(PG_URL).spill_path == state / "eventbus" / PG_SPILL
     assert SqlFailureStore("sqlite+aiosqlite://").spill_path == (
-        tmp_path / "eventbus-spill-sqlite-eventbus_failures.jsonl"
+        state / "eventbus" / "eventbus-spill-sqlite-eventbus_failures.jsonl"
     )
     assert (
         SqlFailureStore(tmp_path / "a.db", spill_path="x.jsonl").spill_path == tmp_path / "x.jsonl"
     )
+    assert not state.exists()  # made at the first spill, not by a store that never spills
+
+
+def test_eventbus_spill_dir_names_the_directory_of_every_default_spill_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EVENTBUS_SPILL_DIR", str(tmp_path / "spills"))
+    assert SqlFailureStore(PG_URL).spill_path == tmp_path / "spills" / PG_SPILL
+    db = SqlFailureStore(tmp_path / "app.db").spill_path
+    assert db.parent == tmp_path / "spills" and db.name.endswith("app.db-eventbus_failures.jsonl")
+    given = SqlFailureStore(PG_URL, spill_path=tmp_path / "x.jsonl").spill_path
+    assert given == tmp_path / "x.jsonl"  # the argument wins
+
+
+async def test_the_state_directory_is_made_private_and_the_first_warning_names_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("EVENTBUS_SPILL_DIR", raising=False)
+    store = SqlFailureStore("sqlite+aiosqlite://", buffer_size=1)
+    for n in range(3):  # not started: what does not fit the buffer is spilled at once
+        store.record(make_record(n))
+    where = tmp_path / "state" / "eventbus"
+    assert store.spill_path.parent == where and store.spill_path.exists()
+    assert where.stat().st_mode & 0o777 == 0o700
+    [first, *_] = store_log(caplog, logging.WARNING)
+    assert f"spilled to {store.spill_path}" in first
+    await store.aclose()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -99,10 +132,11 @@ async def test_what_overflows_the_buffer_is_spilled_then_written_when_the_writer
             await store.start(tg)
             for n in range(10):  # no await: the writer cannot run, the buffer fills up
                 store.record(make_record(n))
-            assert store.statistics().overflowed == 7
+            assert (store.statistics().overflowed, store.statistics().waiting) == (7, 10)
             await store.flush()
             stats = store.statistics()
             assert (stats.written, stats.spilled, stats.reingested, stats.lost) == (3, 7, 7, 0)
+            assert stats.waiting == 0
             assert sorted(await stored_ids(any_engine)) == [f"rec-{n:05d}" for n in range(10)]
             assert leftovers(spill) == []  # read back and deleted
             await store.aclose()

@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from eventbus import FailureRecord, FailureStatus
-from eventbus._cli import build_parser, main
+from eventbus._cli._main import build_parser, main
 from eventbus.backends.sql import SqlFailureStore
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from eventbus._cli import main
+from eventbus._cli._main import main
 from eventbus.extras import EXTRAS
 
 ROOT = Path(__file__).resolve().parents[3]

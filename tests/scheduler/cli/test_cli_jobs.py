@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from scheduler import JobDefinition, RunContext, RunRecord, Scheduler, VirtualClock
-from scheduler._cli import main
+from scheduler._cli._main import main
 from scheduler.backends.sql import SqlJobStore, SqlRunStore, make_engine
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)

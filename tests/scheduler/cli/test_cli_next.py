@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from scheduler._cli import build_parser, main
+from scheduler._cli._main import build_parser, main
 
 
 def test_next_prints_zone_and_utc(capsys: pytest.CaptureFixture[str]) -> None:

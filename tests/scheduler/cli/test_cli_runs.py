@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler._cli import main
+from scheduler._cli._main import main
 from tests.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -153,7 +153,7 @@ def test_a_password_in_db_is_never_shown(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_help_texts_show_no_restructuredtext_markup() -> None:
     """Regression test: ``--help`` printed ``double backticks`` from the module docstring."""
-    from scheduler._cli import build_parser
+    from scheduler._cli._main import build_parser
     from tests.eventbus.cli.test_cli_helpers import all_help_texts
 
     texts = all_help_texts(build_parser())
