@@ -146,6 +146,18 @@ class FailureWriter:
                     break
         await checkpoint()
 
+    async def ensure_table(self) -> None:
+        """Make the table now if the writer has not yet: a query or purge can come before the
+        writer's first turn (which makes it before the first write). An unavailable database
+        raises here, as the statement itself would."""
+        if not self._create_table or self._table_ready:
+            return
+        async with self._lock:  # one migration at a time (concurrent DDL races on PostgreSQL)
+            if not self._table_ready:
+                async with self.engine.begin() as conn:
+                    await conn.run_sync(add_missing_columns, self.table)
+                self._table_ready = True
+
     async def aclose(self) -> None:
         """Flush for up to ``close_timeout`` seconds, stop the tasks, then move whatever is still in
         memory to the spill file (re-ingested at the next start)."""

@@ -346,6 +346,7 @@ class SqlFailureStore:
         """The table's columns that the database has: all, unless the store may not migrate
         it (``create_table=False``) and it is of an older version."""
         if self._create_table:
+            await self._writer.ensure_table()
             return list(self.table.columns)
         if self._absent is None:
             async with self.engine.connect() as conn:
@@ -379,6 +380,7 @@ class SqlFailureStore:
         caps the parameters of a statement)."""
         only = None if ids is None else sorted(set(check_failure_ids(ids, call="purge")))
         await self.flush()
+        await self._writer.ensure_table()
         stmt = sa.delete(self.table)
         if status is not None:
             stmt = stmt.where(self.table.c.status == FailureStatus(status).value)

@@ -255,6 +255,7 @@ def test_failures_retry_on_the_command_line_redelivers_without_consuming(
 ) -> None:
     from tests.durable import bus_app
 
+    monkeypatch.setattr(bus_app, "handled", [])  # this test's calls only, whatever ran before
     db = tmp_path / "app.db"
     monkeypatch.setenv("TEST_REDIS_URL", redis_url)
     monkeypatch.setenv("TEST_DB", str(db))

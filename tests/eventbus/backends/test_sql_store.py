@@ -162,6 +162,24 @@ async def test_flush_without_start_writes_directly(engine: AsyncEngine, db_path:
     await store.aclose()
 
 
+async def test_a_query_before_the_first_write_finds_no_records_not_a_missing_table(
+    engine: AsyncEngine,
+) -> None:
+    """Regression test: the writer makes the table on its first turn, and a query that ran
+    before that turn (a busy machine, a listener's failure not yet recorded) failed with
+    ``no such table`` instead of finding nothing."""
+    store = SqlFailureStore(engine)
+    assert await store.query() == []  # never started
+    assert await store.get("nope") is None
+    assert await store.purge() == 0
+    async with anyio.create_task_group() as tg:
+        started = SqlFailureStore(engine, table="started_failures")
+        await started.start(tg)
+        assert await started.query(status=FailureStatus.DEAD) == []
+        await started.aclose()
+    await store.aclose()
+
+
 async def test_locked_database_during_a_burst_loses_nothing(
     db_url: str, db_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
