@@ -18,12 +18,12 @@ skipped as ``missed`` by the same ``misfire_grace`` rule.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
 import socket
 from collections.abc import Callable
-import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
