@@ -505,7 +505,8 @@ async def _cancel(args: argparse.Namespace) -> int:
                 state = (
                     "cancelled"
                     if done
-                    else "not cancelled: already published, being published, or unknown"
+                    else "not cancelled: not scheduled, already published, handed to a "
+                    "relay once, or unknown"
                 )
                 print(f"{event_id}  {state}")
         return EXIT_OK if all(results.values()) else EXIT_ERROR

@@ -212,8 +212,9 @@ class StreamsPage:
             cancelled = await transport.cancel_scheduled(event_id, conn)
         if not cancelled:
             raise ActionError(
-                f"Event {event_id} was not cancelled: it was published already (or is being "
-                "published), cancelled before, or is unknown.",
+                f"Event {event_id} was not cancelled: it is not a scheduled event, was "
+                "published already (or handed to a relay once, whose publish may still land), "
+                "cancelled before, or is unknown.",
                 status=409,
             )
         return Done(

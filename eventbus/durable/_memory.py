@@ -47,9 +47,9 @@ from ._inbox import Inbox
 from ._link import DurableLink, failure_id
 from ._listener import DurableListener, Start, TripOn, make_listener
 from ._options import DurableOptions
-from ._outbox import Outbox, ScheduledRow
+from ._outbox import NOT_CANCELLED, Outbox, ScheduledRow
 from ._schedule import due_time
-from ._streams import _check_durable
+from ._streams import _check_durable, _check_publishable
 from ._tables import (
     DEFAULT_INBOX,
     DEFAULT_OUTBOX,
@@ -248,13 +248,7 @@ class MemoryStreams:
         delay: timedelta | None = None,
     ) -> list[str]:
         """:meth:`publish` for several events, in one insert."""
-        for event in events:
-            _check_durable("publish", type(event))
-            if type(event) not in self.registry:
-                raise UnknownEventError(
-                    getattr(event, "__event_name__", repr(event)),
-                    "declare it in the registry the transport decodes with",
-                )
+        _check_publishable(self.registry, events)
         now = self.clock()
         return await self.outbox.write(
             conn,
@@ -270,11 +264,9 @@ class MemoryStreams:
 
     async def cancel_scheduled(self, event_id: str, conn: AsyncConnection | AsyncSession) -> bool:
         """As ``RedisStreams.cancel_scheduled``."""
-        removed = await self.outbox.cancel(conn, event_id, now=self.clock())
+        removed = await self.outbox.cancel(conn, event_id)
         if not removed:
-            logger.info(
-                "cancel_scheduled(%r): not cancelled: no unpublished event has this id", event_id
-            )
+            logger.info("cancel_scheduled(%r): %s", event_id, NOT_CANCELLED)
         return removed
 
     async def scheduled(self, *, limit: int = 100) -> list[ScheduledRow]:

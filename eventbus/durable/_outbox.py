@@ -32,6 +32,12 @@ from ._wake import wake_after_commit
 
 __all__ = ["Backlog", "ClaimedRow", "Database", "Outbox", "ScheduledRow"]
 
+#: why ``cancel_scheduled`` returned False (its INFO log line)
+NOT_CANCELLED = (
+    "not cancelled: no cancellable scheduled event has this id (not scheduled, already "
+    "published, handed to a relay once, cancelled before, or unknown); it may be delivered"
+)
+
 #: where a statement runs: an engine (in a transaction of its own) or an open connection
 Database = AsyncEngine | AsyncConnection
 
@@ -174,15 +180,18 @@ class Outbox:
                 wake_after_commit(conn, wake)
         return [r["event_id"] for r in rows]
 
-    async def cancel(
-        self, conn: AsyncConnection | AsyncSession, event_id: str, *, now: datetime
-    ) -> bool:
-        """Delete the unpublished row of *event_id* in the caller's open transaction; return
-        whether there was one to delete.
+    async def cancel(self, conn: AsyncConnection | AsyncSession, event_id: str) -> bool:
+        """Delete the scheduled row of *event_id* in the caller's open transaction if no
+        relay ever claimed it; return whether there was one to delete.
 
-        A row a relay holds a lease on is left alone (``False``): that relay may be adding it
-        to its stream this moment. On PostgreSQL a claim running at the same time takes the row
-        first or finds it deleted (row locks); on SQLite one writer runs at a time.
+        Only a scheduled row (due later than it was written) is cancellable: an ordinary
+        event stuck unpublished during an outage is not the caller's to drop. A row a relay
+        has claimed once (``attempts > 0``) is left alone (``False``) even after its lease
+        ran out or a failed publish gave it back: that relay's ``XADD`` may still be in
+        flight, or may have reached Redis although it timed out, so deleting the row would
+        not stop the delivery. On PostgreSQL a claim running at the same time takes the row
+        first (the delete then sees ``attempts > 0``) or finds it deleted (row locks); on
+        SQLite one writer runs at a time.
 
         :raises NoTransactionError: if *conn* has no open transaction, or is in autocommit
         """
@@ -193,7 +202,8 @@ class Outbox:
         stmt = sa.delete(self.table).where(
             c.event_id == event_id,
             c.published_at.is_(None),
-            sa.or_(c.lease_owner.is_(None), c.lease_until < now),
+            c.available_at > c.created_at,
+            c.attempts == 0,
         )
         return int((await conn.execute(stmt)).rowcount) > 0
 

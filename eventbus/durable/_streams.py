@@ -36,7 +36,7 @@ from ._inbox import Inbox
 from ._keys import StreamKeys, consumer_name, validate_part
 from ._listener import DurableListener, Start, TripOn, make_listener
 from ._options import DurableOptions
-from ._outbox import Outbox, ScheduledRow
+from ._outbox import NOT_CANCELLED, Outbox, ScheduledRow
 from ._pauses import request_resume
 from ._redeliver import redeliver, redrive
 from ._registry import forget_group, register_group
@@ -249,13 +249,7 @@ class RedisStreams:
         delay: timedelta | None = None,
     ) -> list[str]:
         """:meth:`publish` for several events, in one insert."""
-        for event in events:
-            _check_durable("publish", type(event))
-            if type(event) not in self.registry:
-                raise UnknownEventError(
-                    getattr(event, "__event_name__", repr(event)),
-                    "declare it in the registry the transport decodes with",
-                )
+        _check_publishable(self.registry, events)
         now = utcnow()
         due = due_time(deliver_at, delay, now=now)
         wake: Callable[[], None] | None = None
@@ -279,18 +273,15 @@ class RedisStreams:
         transaction (committed: it is never delivered; rolled back: it still is).
 
         :return: ``True`` if it was removed; ``False`` (and an INFO log line saying why) if no
-            such unpublished event exists: already published (or being published this
-            moment), cancelled before, purged, or never written to this outbox
+            such cancellable event exists: not scheduled (published without a later due
+            time), already published, or handed to a relay once (its publish may be in
+            flight or may have reached Redis), cancelled before, purged, or never written to
+            this outbox
         :raises NoTransactionError: if *conn* has no open transaction (or is autocommit)
         """
-        removed = await self.rt.outbox.cancel(conn, event_id, now=utcnow())
+        removed = await self.rt.outbox.cancel(conn, event_id)
         if not removed:
-            logger.info(
-                "cancel_scheduled(%r): not cancelled: no unpublished event has this id (already "
-                "published or being published, cancelled before, or unknown); it may be "
-                "delivered",
-                event_id,
-            )
+            logger.info("cancel_scheduled(%r): %s", event_id, NOT_CANCELLED)
         return removed
 
     async def scheduled(self, *, limit: int = 100) -> list[ScheduledRow]:
@@ -525,6 +516,22 @@ def _check_durable(what: str, cls: type[Event]) -> None:
             "its type is not declared durable; declare it with "
             "'class X(Event, name=..., durable=True)', or emit() it in-process",
         )
+
+
+def _check_publishable(registry: EventRegistry, events: Sequence[Event]) -> None:
+    """What a transport checks before writing outbox rows: each event's type is durable
+    and declared in the registry it decodes with (a row nobody can read helps nobody).
+
+    :raises DurableError: for a type not declared ``durable=True``
+    :raises UnknownEventError: for a type the registry does not declare
+    """
+    for event in events:
+        _check_durable("publish", type(event))
+        if type(event) not in registry:
+            raise UnknownEventError(
+                getattr(event, "__event_name__", repr(event)),
+                "declare it in the registry the transport decodes with",
+            )
 
 
 def _event_name(event: str | type[Event]) -> str:

@@ -18,6 +18,7 @@ skipped as ``missed`` by the same ``misfire_grace`` rule.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -180,15 +181,18 @@ class Scheduler(JobRegistry):
         """The registered jobs, in name order, each with its ``next_fire_times``: the next
         *upcoming* fire times in its zone, what :meth:`next_fire_times` gives now (and the
         CLI's ``jobs`` prints); ``next_fire_time`` is the first. Also each job's ``kind``,
-        ``schedule``, ``tz``, ``paused`` flag and ``last_run``.
+        ``schedule``, ``tz``, ``paused`` flag and ``last_run``. Each is a copy made now (the
+        registry's job, :meth:`get`, holds no fire times: they would go stale).
 
         :raises ValueError: if *upcoming* is less than 1
         """
         _check_n(upcoming)
-        listed = super().jobs()
-        for job in listed:
-            job.next_fire_times = tuple(self.next_fire_times(job.name, upcoming))
-        return listed
+        return [
+            dataclasses.replace(
+                job, next_fire_times=tuple(self.next_fire_times(job.name, upcoming))
+            )
+            for job in super().jobs()
+        ]
 
     def next_fire_times(self, name: str, n: int = 5) -> list[datetime]:
         """The next ``n`` fire times of job ``name``, in its zone: from the loop's timetable

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from eventbus import MemoryFailureStore
 from eventbus.backends.redis import make_redis_client
 from eventbus.backends.sql import make_engine
-from eventbus.durable import DurableOptions, RedisStreams
+from eventbus.durable import DurableOptions, RedisStreams, create_durable_tables
 from tests.durable.events import REG, effects, test_metadata
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,6 +60,23 @@ async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
         await conn.run_sync(test_metadata.create_all)
     yield eng
     await eng.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def database(
+    request: pytest.FixtureRequest, engine: AsyncEngine
+) -> AsyncIterator[AsyncEngine]:
+    """The test's SQLite database, or the session's PostgreSQL emptied for the test (with
+    the durable tables and the test tables): a test taking it runs on both."""
+    if request.param == "sqlite":
+        yield engine
+        return
+    pg = make_engine(request.getfixturevalue("postgres_url"))
+    async with pg.begin() as conn:
+        await conn.run_sync(test_metadata.create_all)
+    await create_durable_tables(pg)
+    yield pg
+    await pg.dispose()
 
 
 @pytest.fixture

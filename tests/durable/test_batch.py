@@ -5,34 +5,16 @@ savepoint, and commit together)."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator
 from dataclasses import replace
 
-import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from eventbus.backends.sql import make_engine
-from eventbus.durable import create_durable_tables, current_delivery
+from eventbus.durable import current_delivery
 from tests.durable.conftest import FAST, Factory, wait_until
-from tests.durable.events import OrderPaid, effects, test_metadata
+from tests.durable.events import OrderPaid, effects
 
 FAILING = 7
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def database(
-    request: pytest.FixtureRequest, engine: AsyncEngine, postgres_url: str
-) -> AsyncIterator[AsyncEngine]:
-    if request.param == "sqlite":
-        yield engine
-        return
-    pg = make_engine(postgres_url)
-    async with pg.begin() as conn:
-        await conn.run_sync(test_metadata.create_all)
-    await create_durable_tables(pg)
-    yield pg
-    await pg.dispose()
 
 
 async def test_a_failing_call_in_a_batch_of_50_leaves_the_other_49_committed_once(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import anyio
@@ -16,35 +15,20 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from eventbus import EventBus, MemoryFailureStore
 from eventbus._cli._main import main
-from eventbus.backends.sql import make_engine
 from eventbus.durable import NoTransactionError, create_durable_tables
-from eventbus.durable._outbox import Backlog
+from eventbus.durable._outbox import Backlog, Outbox
 from eventbus.durable._tables import outbox
 from tests.durable.conftest import FAST, Factory, wait_until
-from tests.durable.events import REG, OrderPaid, test_metadata
+from tests.durable.events import REG, OrderPaid
 
 #: a poll far longer than any test: a scheduled row delivered in time was woken for
 SLOW_POLL = dataclasses.replace(FAST, poll_interval=30.0)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def db(request: pytest.FixtureRequest, engine: AsyncEngine) -> AsyncIterator[AsyncEngine]:
-    """The test's SQLite database, or the session's PostgreSQL emptied for the test."""
-    if request.param == "sqlite":
-        yield engine
-        return
-    eng = make_engine(request.getfixturevalue("postgres_url"))
-    async with eng.begin() as conn:
-        await conn.run_sync(test_metadata.create_all)
-    await create_durable_tables(eng)
-    yield eng
-    await eng.dispose()
-
-
 async def test_scheduled_events_arrive_at_their_time_once_and_cancelled_ones_never(
-    db: AsyncEngine, make_streams: Factory
+    database: AsyncEngine, make_streams: Factory
 ) -> None:
-    streams = make_streams(engine=db, options=SLOW_POLL)
+    streams = make_streams(engine=database, options=SLOW_POLL)
     bus = EventBus(REG, MemoryFailureStore(), durable=streams)
     arrived: dict[int, list[datetime]] = {}
 
@@ -58,7 +42,7 @@ async def test_scheduled_events_arrive_at_their_time_once_and_cancelled_ones_nev
         start = datetime.now(UTC)
         for n in range(12):  # due 0.3 s to 1.4 s ahead, every other one by delay=
             when = start + timedelta(seconds=0.3 + 0.1 * n)
-            async with db.begin() as conn:
+            async with database.begin() as conn:
                 if n % 2:
                     ids[n] = await bus.publish(OrderPaid(order_id=n), conn, deliver_at=when)
                 else:
@@ -69,7 +53,7 @@ async def test_scheduled_events_arrive_at_their_time_once_and_cancelled_ones_nev
             due[n] = when
         cancelled = {2, 5, 9}
         for n in cancelled:  # each in its own transaction, before it falls due
-            async with db.begin() as conn:
+            async with database.begin() as conn:
                 assert await bus.cancel_scheduled(ids[n], conn) is True
         # The last one (11) is due after every cancelled one: once it arrived they all would have.
         await wait_until(lambda: 11 in arrived, within=10, what="the last scheduled event")
@@ -81,15 +65,15 @@ async def test_scheduled_events_arrive_at_their_time_once_and_cancelled_ones_nev
 
 
 async def test_a_cancel_rolled_back_leaves_the_event_scheduled(
-    db: AsyncEngine, make_streams: Factory
+    database: AsyncEngine, make_streams: Factory
 ) -> None:
-    bus = EventBus(REG, MemoryFailureStore(), durable=make_streams(engine=db, options=FAST))
+    bus = EventBus(REG, MemoryFailureStore(), durable=make_streams(engine=database, options=FAST))
     got: list[int] = []
     bus.on(OrderPaid, lambda e: got.append(e.order_id), durable=True, name="remind")
     async with bus:
-        async with db.begin() as conn:
+        async with database.begin() as conn:
             event_id = await bus.publish(OrderPaid(order_id=7), conn, delay=timedelta(seconds=0.3))
-        async with db.connect() as conn:
+        async with database.connect() as conn:
             async with conn.begin() as tx:
                 assert await bus.cancel_scheduled(event_id, conn) is True
                 await tx.rollback()
@@ -97,25 +81,57 @@ async def test_a_cancel_rolled_back_leaves_the_event_scheduled(
 
 
 async def test_cancelling_a_published_event_returns_false_and_logs_why(
-    db: AsyncEngine, make_streams: Factory, caplog: pytest.LogCaptureFixture
+    database: AsyncEngine, make_streams: Factory, caplog: pytest.LogCaptureFixture
 ) -> None:
-    bus = EventBus(REG, MemoryFailureStore(), durable=make_streams(engine=db, options=FAST))
+    bus = EventBus(REG, MemoryFailureStore(), durable=make_streams(engine=database, options=FAST))
     got: list[int] = []
     bus.on(OrderPaid, lambda e: got.append(e.order_id), durable=True, name="remind")
     async with bus:
-        async with db.begin() as conn:
+        async with database.begin() as conn:
             event_id = await bus.publish(OrderPaid(order_id=1), conn)
         await wait_until(lambda: got == [1], what="the delivery")
         caplog.set_level(logging.INFO, logger="eventbus.durable")
-        async with db.begin() as conn:
+        async with database.begin() as conn:
             assert await bus.cancel_scheduled(event_id, conn) is False
             assert await bus.cancel_scheduled("no-such-id", conn) is False
     assert "already published" in caplog.text and event_id in caplog.text
-    async with db.connect() as conn:
+    async with database.connect() as conn:
         with pytest.raises(NoTransactionError, match=r"cancel_scheduled\('x'\)"):
             await bus.cancel_scheduled(
                 "x", await conn.execution_options(isolation_level="AUTOCOMMIT")
             )
+
+
+async def test_only_a_scheduled_row_no_relay_ever_claimed_is_cancellable(
+    database: AsyncEngine,
+) -> None:
+    """An ordinary row stuck during an outage is not cancellable, nor a scheduled one a relay
+    claimed once: its lease ran out, or a failed publish gave it back, yet its XADD may still
+    land (a slow call, or a timeout Redis applied anyway)."""
+    await create_durable_tables(database)
+    box, now = Outbox(outbox), datetime(2026, 1, 1, tzinfo=UTC)
+    due = now + timedelta(hours=1)
+    async with database.begin() as conn:
+        scheduled = await box.write(
+            conn, [OrderPaid(order_id=n) for n in (2, 3, 4)], now=now, available_at=due
+        )
+        [ordinary] = await box.write(conn, [OrderPaid(order_id=1)], now=now)
+    [expired, given_back, untouched] = scheduled
+    claimed = await box.claim(database, token="r:1", limit=2, lease=1, now=due)  # oldest two
+    assert [r.event_id for r in claimed] == [expired, given_back]
+    await box.release(
+        database, token="r:1", ids=[claimed[1].id], error="timeout", retry_at=due
+    )  # given back after a timeout; the other's lease runs out unmarked
+    async with database.begin() as conn:
+        assert [await box.cancel(conn, i) for i in (ordinary, expired, given_back)] == [
+            False,
+            False,
+            False,
+        ]
+        assert await box.cancel(conn, untouched) is True
+    async with database.connect() as conn:
+        left = (await conn.execute(sa.select(outbox.c.event_id))).scalars().all()
+    assert sorted(left) == sorted([ordinary, expired, given_back])
 
 
 @pytest.mark.parametrize(

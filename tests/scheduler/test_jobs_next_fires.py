@@ -40,6 +40,19 @@ def test_jobs_carry_their_next_fires_in_their_zone_before_start() -> None:
         sched.jobs(upcoming=0)
 
 
+def test_jobs_lists_copies_and_leaves_the_registered_jobs_alone() -> None:
+    """Two callers asking for different numbers of fires each get theirs, and ``get()`` holds
+    no fire times a past ``jobs()`` left there (they would be stale)."""
+    sched, _, _ = make()
+    sched.add_interval("poll", 90, noop)
+    [three] = sched.jobs(upcoming=3)
+    [one] = sched.jobs(upcoming=1)
+    assert three.next_fire_times == (at(90), at(180), at(270))
+    assert one.next_fire_times == (at(90),)
+    assert sched.get("poll").next_fire_times == () and sched.get("poll") is not three
+    assert one == sched.get("poll")  # the same job otherwise
+
+
 async def test_jobs_next_fires_follow_the_running_loop_and_end_with_the_job() -> None:
     sched, clock, _ = make()
     sched.add_interval("poll", 90, noop)
