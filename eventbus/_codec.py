@@ -43,7 +43,7 @@ from typing import Any
 from ._events import Event, EventRegistry
 from ._exceptions import PayloadError
 
-__all__ = ["decode_object", "decode_payload", "encode_payload", "encode_value"]
+__all__ = ["decode_object", "decode_payload", "encode_payload", "encode_value", "load_object"]
 
 
 class _CodecError(Exception):
@@ -78,6 +78,20 @@ def decode_payload(registry: EventRegistry, name: str, text: str) -> Event:
         shape its annotation cannot be rebuilt from (the message names the field)
     """
     cls = registry.get(name)
+    data = load_object(name, text)
+    try:
+        kwargs = _decode_fields(cls, data, "")
+        return cls(**kwargs)
+    except _CodecError as exc:
+        raise PayloadError(name, str(exc)) from None
+
+
+def load_object(name: str, text: str) -> dict[str, Any]:
+    """The JSON object a stored payload of event *name* holds: what every reader of a stored
+    payload (strict or tolerant) starts from, with one wording for what it cannot use.
+
+    :raises PayloadError: if the text is not JSON, or is JSON but not an object
+    """
     try:
         data = json.loads(text)
     except ValueError as exc:
@@ -86,11 +100,7 @@ def decode_payload(registry: EventRegistry, name: str, text: str) -> Event:
         ) from None
     if not isinstance(data, dict):
         raise PayloadError(name, f"stored payload is a JSON {type(data).__name__}, not an object")
-    try:
-        kwargs = _decode_fields(cls, data, "")
-        return cls(**kwargs)
-    except _CodecError as exc:
-        raise PayloadError(name, str(exc)) from None
+    return data
 
 
 def encode_value(value: Any, hint: Any) -> Any:

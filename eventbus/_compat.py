@@ -27,16 +27,26 @@ RULES: dict[str, tuple[str, frozenset[Direction]]] = {
     "new-required-field": ("a new field without a default", frozenset({"backward"})),
     "made-required": ("a field made required", frozenset({"backward"})),
     "changed-type": ("a changed type", frozenset({"backward", "forward"})),
-    "removed-event": ("a durable event removed", frozenset({"backward", "forward"})),
-    "made-in-process": ("a durable event made in-process", frozenset({"backward", "forward"})),
+    "converted-type": ("a changed type an upcaster converts", frozenset({"forward"})),
+    "removed-event": ("a durable event removed", frozenset({"backward"})),
+    "made-in-process": ("a durable event made in-process", frozenset({"backward"})),
     "version-lowered": ("a version lowered", frozenset({"backward", "forward"})),
     "version-without-upcaster": (
         "a version raised without an upcaster from the previous one",
         frozenset({"backward"}),
     ),
-    "rejected-unknown": (
-        "a field added or removed where a type rejects unknown fields",
-        frozenset({"backward", "forward"}),
+    "removed-upcaster": ("an upcaster removed", frozenset({"backward"})),
+    "rejected-new-field": (
+        "a field added where old code rejects unknown fields",
+        frozenset({"forward"}),
+    ),
+    "rejected-stored-field": (
+        "a field removed where new code rejects unknown fields",
+        frozenset({"backward"}),
+    ),
+    "rejected-new-version": (
+        "a version raised where old code rejects unknown fields",
+        frozenset({"forward"}),
     ),
 }
 
@@ -141,12 +151,19 @@ def _event_changes(name: str, old: Mapping[str, Any], new: Mapping[str, Any]) ->
         else:
             out.append(Change(name, f"version {v_old} -> {v_new}, upcasters from each"))
     out += [Change(name, f"new upcaster from version {v}") for v in sorted(casts_new - casts_old)]
+    out += [  # stored payloads of that version are no longer brought up to date
+        _broken(name, f"upcaster from version {v} removed", "removed-upcaster")
+        for v in sorted(casts_old - casts_new)
+    ]
     if old.get("unknown_fields", new.get("unknown_fields")) != new.get("unknown_fields"):
         out.append(
             Change(name, f"unknown_fields {old['unknown_fields']!r} -> {new['unknown_fields']!r}")
         )
     upcast = v_new > v_old and all(v in casts_new for v in range(v_old, v_new))
     if old["durable"] and new["durable"]:
+        if v_new > v_old and old.get("unknown_fields") == "reject":  # old code leaves it pending
+            what = f"version {v_old} -> {v_new}; old code cannot read version {v_new}"
+            out.append(_broken(name, what, "rejected-new-version"))
         out += _field_changes(name, old, new, upcast)
     elif old["fields"] != new["fields"]:
         out.append(Change(name, "fields changed (in-process: not stored across versions)"))
@@ -177,29 +194,37 @@ def _field_changes(
     strict_old = old.get("unknown_fields") == "reject"
     strict_new = new.get("unknown_fields") == "reject"
     for r in removed:
-        if strict_new:
-            out.append(
-                _broken(name, f"field {r!r} removed; stored events have it", "rejected-unknown")
-            )
-        elif f_old[r]["required"]:
+        required = f_old[r]["required"]
+        if required:  # old code needs it in the events new code stores
             out.append(_broken(name, f"field {r!r} removed", "removed-field"))
-        else:
+        if strict_new and not upcast:  # and new code refuses it in the events old code stored
+            what = f"field {r!r} removed; new code rejects it in stored events"
+            out.append(_broken(name, what, "rejected-stored-field"))
+        elif not required:
             out.append(Change(name, f"optional field {r!r} removed"))
     for a in added:
-        if strict_old:
-            out.append(_broken(name, f"field {a!r} added; old code rejects it", "rejected-unknown"))
-        elif f_new[a]["required"] and not upcast:
+        required = f_new[a]["required"]
+        if required and not upcast:  # new code needs it in the events old code stored
             out.append(_broken(name, f"field {a!r} added without a default", "new-required-field"))
-        elif f_new[a]["required"]:
+        if strict_old:  # and old code refuses it in the events new code stores
+            out.append(
+                _broken(name, f"field {a!r} added; old code rejects it", "rejected-new-field")
+            )
+        elif required and upcast:
             out.append(Change(name, f"field {a!r} added, filled by an upcaster"))
-        else:
+        elif not required:
             out.append(Change(name, f"optional field {a!r} added"))
     for f in sorted(f_old.keys() & f_new.keys()):
         o, n = f_old[f], f_new[f]
         if o["schema"] != n["schema"]:
             what = f"field {f!r}: {_short(o['schema'])} -> {_short(n['schema'])}"
-            out.append(_broken(name, what, "changed-type"))
-        if not o["required"] and n["required"]:
+            if upcast:  # new code reads old values through the upcaster; old code has none
+                out.append(_broken(name, what + " (an upcaster converts)", "converted-type"))
+            else:
+                out.append(_broken(name, what, "changed-type"))
+        if not o["required"] and n["required"] and upcast:
+            out.append(Change(name, f"field {f!r} made required, filled by an upcaster"))
+        elif not o["required"] and n["required"]:
             out.append(_broken(name, f"field {f!r} made required", "made-required"))
         elif o["required"] and not n["required"]:
             out.append(Change(name, f"field {f!r} made optional"))

@@ -18,14 +18,13 @@ Two rules make a rolling deploy safe in either order:
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import re
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ._codec import decode_object
+from ._codec import decode_object, load_object
 from ._events import Event, EventRegistry, Upcaster, default_registry
 from ._exceptions import EventBusError, PayloadError, UnreadableVersionError
 from ._failures import FailureRecord
@@ -128,14 +127,7 @@ def decode_stored(
     tolerant = cls.__unknown_fields__ == "ignore"
     if stored > current and not tolerant:
         raise UnreadableVersionError(name, stored, current)
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise PayloadError(
-            name, f"stored payload is not JSON ({exc}); it cannot be retried"
-        ) from None
-    if not isinstance(data, dict):
-        raise PayloadError(name, f"stored payload is a JSON {type(data).__name__}, not an object")
+    data = load_object(name, text)
     if stored < current:
         data = upcast(registry, name, data, stored)
     if not tolerant:

@@ -185,3 +185,22 @@ def test_a_durable_failure_row_keeps_the_version_of_its_payload() -> None:
     assert link_of(rec.replace(**link.columns())) == link  # from the columns, the note's rest
     old = rec.replace(note=link.note().replace(" version=2", ""))  # before versions: unknown
     assert link_of(old) == DurableLink("svc:grant", "s", "1-0", 3, 9, None, None)
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", "5", "null"])
+def test_the_strict_and_the_tolerant_reader_load_a_payload_through_one_helper(text: str) -> None:
+    from eventbus import decode_payload
+    from eventbus._codec import load_object
+
+    _, new = v1_v2()
+    errors = []
+    for read in (
+        lambda: load_object("order.paid", text),
+        lambda: decode_payload(new, "order.paid", text),
+        lambda: decode_stored(new, "order.paid", text, 1),
+    ):
+        with pytest.raises(PayloadError) as caught:
+            read()
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1] == errors[2]
+    assert "stored payload is" in errors[0] and errors[0].count("\n") == 0
