@@ -18,12 +18,13 @@ moves (``clock.advance(timedelta(hours=24))``) to make scheduled events and retr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -300,7 +301,10 @@ class MemoryStreams:
         total = 0
         async with self._lock:
             while True:
-                await self._relay()
+                # shielded: a statement cancelled by a stop would leave its connection to close in a
+                # task that never ends (see _transaction)
+                with anyio.CancelScope(shield=True):
+                    await self._relay()
                 n = 0
                 for group in list(self._groups.values()):
                     n += await self._deliver_due(group)
@@ -474,7 +478,7 @@ class MemoryStreams:
 
     async def _call(self, listener: DurableListener, event: Event, env: Envelope) -> None:
         if listener.takes_tx:
-            async with self.engine.begin() as conn:
+            async with _transaction(self.engine) as conn:
                 if not await self.inbox.claim(
                     conn, group=listener.group, event_id=env.event_id, now=self.clock()
                 ):
@@ -566,6 +570,24 @@ class MemoryStreams:
 
     def _store_failure(self, rec: FailureRecord, exc: BaseException) -> None:
         self.failures.record(rec)
+
+
+@contextlib.asynccontextmanager
+async def _transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """``engine.begin()`` whose own statements (begin, commit, rollback, the return to the
+    pool) are shielded from a stop that cancels the listener inside it: SQLAlchemy
+    invalidates a connection whose statement is cancelled, and on aiosqlite the close it
+    starts then waits forever, hanging the event loop's shutdown."""
+    with anyio.CancelScope(shield=True):
+        conn = await engine.connect()
+        await conn.begin()
+    try:
+        yield conn
+        with anyio.CancelScope(shield=True):
+            await conn.commit()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await conn.close()  # rolls back what was not committed
 
 
 def _through_sink(record: Callable[..., None], rec: FailureRecord, exc: BaseException) -> None:

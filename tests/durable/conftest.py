@@ -7,6 +7,7 @@ Times are short (visibility and lease about a second) and every wait is bounded 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import sys
@@ -53,6 +54,17 @@ def db_url(tmp_path: Path) -> str:
     return f"sqlite+aiosqlite:///{tmp_path / 'app.db'}"
 
 
+def orphaned_closes() -> list[asyncio.Task[Any]]:
+    """Tasks closing a connection SQLAlchemy invalidated because a statement on it was
+    cancelled: on aiosqlite such a task can wait forever and hang the event loop's shutdown
+    (so the whole run) instead of failing one test."""
+    return [
+        t
+        for t in asyncio.all_tasks()
+        if "_terminate_graceful_close" in getattr(t.get_coro(), "__qualname__", "")
+    ]
+
+
 @pytest.fixture
 async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
     eng = make_engine(db_url)
@@ -60,6 +72,12 @@ async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
         await conn.run_sync(test_metadata.create_all)
     yield eng
     await eng.dispose()
+    if orphans := orphaned_closes():
+        for task in orphans:  # aiosqlite's close() awaits again after one cancel
+            for _ in range(3):
+                task.cancel()
+                await asyncio.sleep(0)
+        pytest.fail(f"{len(orphans)} connection(s) invalidated by a cancelled statement")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import anyio
 import pytest
-from sqlalchemy.ext.asyncio import AsyncEngine
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from eventbus import EventBus, FailureStatus, MemoryFailureStore
 from eventbus.durable import create_durable_tables
+from eventbus.durable._tables import outbox
 from eventbus.testing import MemoryStreams, VirtualClock
-from tests.durable.conftest import FAST
+from tests.durable.conftest import FAST, orphaned_closes, wait_until
 from tests.durable.events import REG, OrderPaid
 
 
@@ -97,3 +100,52 @@ async def test_a_listener_declared_with_trip_on_subscribes_and_its_failures_retr
     assert await streams.drain() == 1 and calls == [1, 1]
     with pytest.raises(TypeError, match="trip_on"):
         bus.on(OrderPaid, print, durable=True, name="bad", trip_on=("not an exception",))  # type: ignore[call-overload]
+
+
+async def test_a_stop_during_the_relays_statement_returns_its_connection(
+    tables: AsyncEngine,
+) -> None:
+    """Leaving the bus while the background relay waits on SQLite's lock lets the statement
+    finish: cancelled, it got its connection invalidated, whose close task never ends and
+    hung the event loop's shutdown."""
+    pool = tables.pool
+    assert isinstance(pool, sa.pool.QueuePool)
+    streams = MemoryStreams(tables, service="svc", registry=REG, options=FAST, create_tables=False)
+    bus = EventBus(REG, MemoryFailureStore(), durable=streams)
+    bus.on(OrderPaid, print, durable=True, name="p")
+    async with tables.connect() as holder, anyio.create_task_group() as tg:
+        await holder.begin()
+        await holder.execute(sa.delete(outbox))  # SQLite's write lock, till the rollback
+
+        async def release() -> None:
+            await anyio.sleep(0.2)
+            await holder.rollback()
+
+        async with bus:
+            await wait_until(lambda: pool.checkedout() == 2, what="the relay's claim")
+            tg.start_soon(release)
+    assert pool.checkedout() == 0
+    assert orphaned_closes() == []
+
+
+async def test_a_stop_during_a_listeners_transaction_returns_its_connection(
+    tables: AsyncEngine,
+) -> None:
+    """A listener taking ``tx``, cancelled by the stop, leaves its rollback and its
+    connection's return to the pool unharmed."""
+    streams = MemoryStreams(tables, service="svc", registry=REG, options=FAST)
+    bus = EventBus(REG, MemoryFailureStore(), durable=streams)
+    inside = anyio.Event()
+
+    @bus.on(OrderPaid, durable=True, name="slow")
+    async def slow(e: OrderPaid, tx: AsyncConnection) -> None:
+        await tx.execute(sa.select(1))
+        inside.set()
+        await anyio.sleep_forever()
+
+    async with bus:
+        async with tables.begin() as conn:
+            await bus.publish(OrderPaid(order_id=1), conn)
+        with anyio.fail_after(10):
+            await inside.wait()
+    assert orphaned_closes() == []
