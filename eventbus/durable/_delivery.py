@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 import time
 from typing import Any
 
@@ -33,8 +32,9 @@ from ._exceptions import DeliveriesExhaustedError
 from ._group import Entry, Group, note_call
 from ._link import DurableLink, failure_id, link_of
 from ._runtime import REDIS_ERRORS, db_deadline, logger, utcnow
+from ._tx import Patience, call_with_tx, ensure_alive
 
-__all__ = ["deliver", "failed", "prepare", "succeeded", "undecodable"]
+__all__ = ["deliver", "failed", "prepare", "ready", "succeeded", "undecodable"]
 
 
 async def deliver(group: Group, entry: Entry) -> None:
@@ -66,16 +66,27 @@ def _envelope(group: Group, entry: Entry) -> Envelope:
     return env
 
 
-async def _deliver(group: Group, entry: Entry) -> None:
+async def ready(group: Group, entry: Entry) -> tuple[Envelope, Event] | None:
+    """The start of a delivery: the entry's envelope and decoded event, counted delivered;
+    ``None`` when it is not to be called (see :func:`prepare`), or dead for a payload that
+    does not decode (the same bytes fail the same way at every delivery: no retry)."""
     env = await prepare(group, entry)
     if env is None:
-        return
+        return None
     try:
         event = decode(group, env)
-    except Exception as exc:  # the same bytes fail the same way at every delivery: no retry
+    except Exception as exc:
         await undecodable(group, entry, env, exc)
-        return
+        return None
     group.counters.delivered += 1
+    return env, event
+
+
+async def _deliver(group: Group, entry: Entry) -> None:
+    started = await ready(group, entry)
+    if started is None:
+        return
+    env, event = started
     token = delivery_var.set(
         Delivery.of(env, group=group.name, entry_id=entry.id, deliveries=entry.deliveries)
     )
@@ -234,26 +245,22 @@ async def _run(group: Group, event: Event, env: Envelope) -> bool:
     the inbox's row, the commit) waited on the database past ``db_timeout``"""
     rt, listener = group.rt, group.listener
     if listener.takes_tx:
-        patience = rt.options.db_timeout
-        with anyio.CancelScope() as ours:  # a deadline on our waits, not on the listener's
-            ours.deadline = anyio.current_time() + patience
+        patience = Patience(rt.options.db_timeout)  # on our waits, not on the listener's
+        with patience.scope:
             async with rt.engine.begin() as conn:
                 if not await rt.inbox.claim(
                     conn, group=group.name, event_id=env.event_id, now=utcnow()
                 ):
                     return False
-                ours.deadline = math.inf  # the listener's own work: call_timeout bounds it
                 began = time.perf_counter()
                 try:
-                    if listener.tx_positional:
-                        await listener.fn(event, conn)
-                    else:
-                        await listener.fn(event, tx=conn)
-                finally:  # the commit, or the rollback after the listener raised
-                    ours.deadline = anyio.current_time() + patience
+                    with patience.paused():  # the listener's own work: call_timeout bounds it
+                        await call_with_tx(listener, event, conn)
+                finally:  # then the commit, or the rollback after the listener raised
                     note_call(group, time.perf_counter() - began)
-        if ours.cancelled_caught:  # committed or not: a retry finds the inbox row if it was
-            raise TimeoutError(f"the database did not answer within db_timeout={patience} s")
+                await ensure_alive(conn, listener)  # a silent rollback is not a success
+        if patience.scope.cancelled_caught:  # committed or not: a retry finds the inbox row
+            raise patience.error()
         return True
     if listener.is_async:
         value: Any = listener.fn(event)
