@@ -32,9 +32,10 @@ from ._exceptions import DeliveriesExhaustedError
 from ._group import Entry, Group, note_call
 from ._link import DurableLink, failure_id, link_of
 from ._runtime import REDIS_ERRORS, db_deadline, logger, utcnow
+from ._scripts import ScriptCall, run_scripts
 from ._tx import Patience, call_with_tx, ensure_alive
 
-__all__ = ["deliver", "failed", "prepare", "ready", "succeeded", "undecodable"]
+__all__ = ["deliver", "failed", "hand_back", "prepare", "ready", "succeeded", "undecodable"]
 
 
 async def deliver(group: Group, entry: Entry) -> None:
@@ -310,6 +311,35 @@ async def _hold(group: Group, entry: Entry, env: Envelope) -> None:
             )
     except REDIS_ERRORS as err:  # still pending: it comes back after the visibility time
         rt.log(logging.WARNING, ("hold", group.name), "could not hold an entry: %s", err)
+
+
+async def hand_back(group: Group, entries: list[Entry]) -> None:
+    """Entries whose call never began here (a stop): pending for any consumer's next reclaim
+    at once, their delivery not counted: they come back as they were, not as suspects."""
+    rt = group.rt
+    mine = [e for e in entries if not (f := group.in_flight.get(e.key)) or not f.lost]
+    for entry in entries:
+        group.finish(entry)  # no renewal from now on: it would reset the idle time set below
+    idle_ms = int(rt.options.visibility * 1000)
+    calls: list[ScriptCall] = [
+        (
+            rt.scripts.hold,
+            [entry.stream],
+            [group.name, rt.consumer, str(idle_ms), str(max(0, entry.deliveries - 1)), entry.id],
+        )
+        for entry in mine
+    ]
+    if not calls:
+        return
+    try:
+        async with group.idle_lock:
+            replies = await run_scripts(rt.client, calls)
+    except REDIS_ERRORS as err:  # still pending: they come back after the visibility time
+        replies = [err]
+    for reply in replies:
+        if isinstance(reply, Exception):
+            rt.log(logging.WARNING, ("hold", group.name), "could not hand back: %s", reply)
+            return
 
 
 async def _failed(
