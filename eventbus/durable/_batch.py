@@ -7,11 +7,13 @@ listener runs, then one commit. Nothing is acknowledged before that commit; a co
 fails fails every call of the batch. A process killed between the commit and the
 acknowledgements is covered by the inbox: the entries come back and find their rows.
 
-When a call raises, that transaction is rolled back: the failing entry goes the usual failure
-path (a retry, or its dead letter), and the others run again in a transaction where each call
-has its own ``SAVEPOINT`` with its inbox row, so that another failure rolls back only its own
-writes while the rest commit together. (A listener's effects outside ``tx`` may then happen
-twice, as with any redelivery; its writes through ``tx`` never do.)
+When a call raises, or the transaction cannot commit (on PostgreSQL, a listener that caught a
+database error inside ``tx`` leaves it aborted: the next call fails for it, and a COMMIT would
+silently roll back), that transaction is rolled back and every call runs again in a
+transaction where each has its own ``SAVEPOINT`` with its inbox row, checked before its
+release: a failure rolls back only its own call's writes and is charged to that call (a
+retry, or its dead letter), while the rest commit together. (A listener's effects outside
+``tx`` may then happen twice, as with any redelivery; its writes through ``tx`` never do.)
 
 Batches hold what is already queued (at most ``tx_batch`` of the entries read together) and
 never wait for more; a lone entry takes the single-event path. On SQLite (one writer) the
@@ -21,21 +23,17 @@ transaction begins explicitly, so that a first ``SAVEPOINT`` does not start (and
 
 from __future__ import annotations
 
-import contextlib
-import math
 import time
-from collections.abc import Iterator
-from typing import Any
 
-import anyio
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .._events import Event
 from ._context import Delivery, delivery_var
-from ._delivery import decode, failed, prepare, succeeded, undecodable
+from ._delivery import failed, ready, succeeded
 from ._envelope import Envelope
 from ._group import Entry, Group, note_call
 from ._runtime import logger, utcnow
+from ._tx import Patience, TransactionAbortedError, call_with_tx, ensure_alive
 
 __all__ = ["deliver_batch"]
 
@@ -57,13 +55,9 @@ async def deliver_batch(group: Group, entries: list[Entry]) -> None:
             group.finish(entry)
 
 
-class _CallFailed(Exception):
-    """A call of the optimistic pass raised: its transaction rolls back."""
-
-    def __init__(self, index: int, exc: Exception) -> None:
-        super().__init__(index)
-        self.index = index
-        self.exc = exc
+class _OneByOne(Exception):
+    """The optimistic pass cannot commit (a call raised, or left the transaction aborted):
+    it rolls back, and every call runs again in a savepoint of its own."""
 
 
 #: one call of a batch: its entry, its envelope, its decoded event
@@ -74,24 +68,12 @@ async def _deliver_batch(group: Group, entries: list[Entry]) -> None:
     rt = group.rt
     calls: list[Call] = []
     for entry in entries:
-        env = await prepare(group, entry)
-        if env is None:
-            continue
-        try:
-            event = decode(group, env)
-        except Exception as exc:  # the same bytes fail the same way at every delivery
-            await undecodable(group, entry, env, exc)
-            continue
-        group.counters.delivered += 1
-        calls.append((entry, env, event))
+        started = await ready(group, entry)
+        if started is not None:
+            calls.append((entry, *started))
     if not calls:
         return
-    try:
-        outcomes = await _together(group, calls)
-    except _CallFailed as bad:
-        entry, env, event = calls.pop(bad.index)
-        await failed(group, entry, env, event, bad.exc)
-        outcomes = await _each_in_a_savepoint(group, calls) if calls else []
+    outcomes = await _together(group, calls)
     await rt.fault("batch-committed")
     group.counters.batches += 1
     for (entry, env, event), outcome in zip(calls, outcomes, strict=True):
@@ -102,23 +84,21 @@ async def _deliver_batch(group: Group, entries: list[Entry]) -> None:
 
 
 async def _together(group: Group, calls: list[Call]) -> list[bool | Exception]:
-    """Every call in one transaction, the inbox rows in one statement.
-
-    :raises _CallFailed: when a call raises (nothing of the batch is kept)
-    """
+    """Every call in one transaction, the inbox rows in one statement; when that cannot
+    commit, :func:`_each_in_a_savepoint`."""
     rt = group.rt
-    patience = _Patience(rt.options.db_timeout)
+    patience = Patience(rt.options.db_timeout)
     try:
         with patience.scope:
             async with rt.engine.begin() as conn:
                 if conn.dialect.name not in ("postgresql", "sqlite"):
-                    raise _CallFailed(-1, NotImplementedError())  # savepoints, one at a time
+                    raise _OneByOne  # savepoints, one at a time
                 ids = [env.event_id for _, env, _ in calls]
                 fresh = await rt.inbox.claim_many(
                     conn, group=group.name, event_ids=ids, now=utcnow()
                 )
                 ran: list[bool | Exception] = []
-                for index, (entry, env, event) in enumerate(calls):
+                for entry, env, event in calls:
                     first = env.event_id in fresh
                     fresh.discard(env.event_id)  # the same event twice in a batch runs once
                     if first:
@@ -126,14 +106,16 @@ async def _together(group: Group, calls: list[Call]) -> list[bool | Exception]:
                             with patience.paused():
                                 await _call(group, conn, entry, env, event)
                         except Exception as exc:
-                            raise _CallFailed(index, exc) from exc
+                            raise _OneByOne from exc
                     ran.append(first)
+                try:
+                    await ensure_alive(conn, group.listener)
+                except TransactionAbortedError as exc:
+                    raise _OneByOne from exc
                 await rt.fault("batch-committing")
                 patience.restart()  # the commit
-    except _CallFailed as bad:
-        if bad.index < 0:
-            return await _each_in_a_savepoint(group, calls)
-        raise
+    except _OneByOne:
+        return await _each_in_a_savepoint(group, calls)
     except Exception as exc:  # the commit (or the connection) failed: nothing was stored
         return [exc] * len(calls)
     if patience.scope.cancelled_caught:  # committed or not: a retry finds the inbox rows
@@ -144,7 +126,7 @@ async def _together(group: Group, calls: list[Call]) -> list[bool | Exception]:
 async def _each_in_a_savepoint(group: Group, calls: list[Call]) -> list[bool | Exception]:
     """Every call in one transaction, each in a savepoint with its inbox row."""
     rt = group.rt
-    patience = _Patience(rt.options.db_timeout)
+    patience = Patience(rt.options.db_timeout)
     outcomes: list[bool | Exception] = []
     try:
         with patience.scope:
@@ -160,6 +142,7 @@ async def _each_in_a_savepoint(group: Group, calls: list[Call]) -> list[bool | E
                             if ran:
                                 with patience.paused():
                                     await _call(group, conn, entry, env, event)
+                                await ensure_alive(conn, group.listener)  # else roll it back
                         outcomes.append(ran)
                     except Exception as exc:
                         outcomes.append(exc)
@@ -180,31 +163,6 @@ def _all_failed(
     return [o if isinstance(o, Exception) else exc for o in outcomes] + lost
 
 
-class _Patience:
-    """A deadline of ``db_timeout`` on the transport's own waits on the database (the
-    connection, the inbox rows, the commit), none on the listeners' calls: a database gone
-    silent ends the batch as failed calls instead of holding the group."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.scope = anyio.CancelScope(deadline=anyio.current_time() + seconds)
-
-    def restart(self) -> None:
-        self.scope.deadline = anyio.current_time() + self.seconds
-
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        """A listener's own work: ``call_timeout`` and the listener bound it, not we."""
-        self.scope.deadline = math.inf
-        try:
-            yield
-        finally:
-            self.restart()
-
-    def error(self) -> TimeoutError:
-        return TimeoutError(f"the database did not answer within db_timeout={self.seconds} s")
-
-
 async def _call(
     group: Group, conn: AsyncConnection, entry: Entry, env: Envelope, event: Event
 ) -> None:
@@ -214,10 +172,7 @@ async def _call(
     )
     began = time.perf_counter()
     try:
-        call: Any = (
-            listener.fn(event, conn) if listener.tx_positional else listener.fn(event, tx=conn)
-        )
-        await call
+        await call_with_tx(listener, event, conn)
     finally:
         delivery_var.reset(token)
         note_call(group, time.perf_counter() - began)

@@ -7,7 +7,9 @@ redelivery stream, asking for as many entries as there are free slots, blocking 
 ``block`` seconds. A missing group (``NOGROUP``) is recreated at ``0`` with a backoff; an
 unreachable Redis is retried with a backoff too: neither can spin the loop.
 
-Stopping: no more reads or reclaims; calls in flight get ``shutdown_grace`` seconds, then are
+Stopping: no more reads or reclaims; entries whose call has not begun (queued, or held at the
+gate by a kill-switch pause or a suspect) are handed back at once, their delivery not counted,
+for any consumer's next reclaim; calls that began get ``shutdown_grace`` seconds, then are
 cancelled. Cancelled calls are never acknowledged: their entries stay pending for another
 consumer (or this one, restarted) after the visibility time.
 """
@@ -23,7 +25,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from .._failures import safe_str
 from ._batch import deliver_batch
-from ._delivery import deliver
+from ._delivery import deliver, hand_back
 from ._envelope import text_fields
 from ._group import Entry, Group, InFlight, batch_limit, is_missing_group
 from ._leases import adopt_own_pending, reclaim_loop, renew_loop
@@ -47,6 +49,7 @@ class Consumer:
         self._intake = anyio.CancelScope()
         self._handlers: TaskGroup | None = None
         self._done = anyio.Event()
+        self._stopping = False  #: no call begins from now on: stop() hands the entries back
 
     def __repr__(self) -> str:
         return f"Consumer({self.group.name!r}, consumer={self.group.rt.consumer!r})"
@@ -106,6 +109,8 @@ class Consumer:
                 (suspects if more.suspect else batch).append(more)
             while group.alone or group.paused:  # held, its lease renewed, its count unspent
                 await group.wait_gate()
+            if not self._begin([entry, *batch]):
+                return
             group.running += 1
             try:
                 if batch:
@@ -126,6 +131,8 @@ class Consumer:
             async with group.alone_lock:
                 while group.running or group.paused:
                     await group.wait_gate()
+                if not self._begin([entry]):
+                    return
                 await deliver(group, entry)
                 # Acknowledged (and its record deleted) before the next suspect runs: should
                 # that one end the process, this one must not come back charged with it.
@@ -134,11 +141,25 @@ class Consumer:
             group.alone -= 1
             group.gate_changed()
 
+    def _begin(self, entries: list[Entry]) -> bool:
+        """Mark the calls of *entries* begun; ``False`` once stopping (stop() has handed them
+        back: they must not run here too)."""
+        if self._stopping:
+            return False
+        for entry in entries:
+            flight = self.group.in_flight.get(entry.key)
+            if flight is not None:
+                flight.started = True
+        return True
+
     async def stop(self, grace: float) -> int:
-        """Stop reading, let calls in flight finish for *grace* seconds, cancel the rest;
-        return how many were cancelled (their entries stay pending, unacknowledged)."""
+        """Stop reading, hand back the entries whose call has not begun, let the calls that
+        began finish for *grace* seconds, cancel the rest; return how many were cancelled
+        (their entries stay pending, unacknowledged)."""
         self._intake.cancel()
+        self._stopping = True
         group = self.group
+        await hand_back(group, [f.entry for f in group.in_flight.values() if not f.started])
         with anyio.move_on_after(grace):
             while group.in_flight:
                 await group.wait_finished()

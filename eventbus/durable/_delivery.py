@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 import time
 from typing import Any
 
@@ -33,8 +32,10 @@ from ._exceptions import DeliveriesExhaustedError
 from ._group import Entry, Group, note_call
 from ._link import DurableLink, failure_id, link_of
 from ._runtime import REDIS_ERRORS, db_deadline, logger, utcnow
+from ._scripts import ScriptCall, run_scripts
+from ._tx import Patience, call_with_tx, ensure_alive
 
-__all__ = ["deliver", "failed", "prepare", "succeeded", "undecodable"]
+__all__ = ["deliver", "failed", "hand_back", "prepare", "ready", "succeeded", "undecodable"]
 
 
 async def deliver(group: Group, entry: Entry) -> None:
@@ -66,16 +67,27 @@ def _envelope(group: Group, entry: Entry) -> Envelope:
     return env
 
 
-async def _deliver(group: Group, entry: Entry) -> None:
+async def ready(group: Group, entry: Entry) -> tuple[Envelope, Event] | None:
+    """The start of a delivery: the entry's envelope and decoded event, counted delivered;
+    ``None`` when it is not to be called (see :func:`prepare`), or dead for a payload that
+    does not decode (the same bytes fail the same way at every delivery: no retry)."""
     env = await prepare(group, entry)
     if env is None:
-        return
+        return None
     try:
         event = decode(group, env)
-    except Exception as exc:  # the same bytes fail the same way at every delivery: no retry
+    except Exception as exc:
         await undecodable(group, entry, env, exc)
-        return
+        return None
     group.counters.delivered += 1
+    return env, event
+
+
+async def _deliver(group: Group, entry: Entry) -> None:
+    started = await ready(group, entry)
+    if started is None:
+        return
+    env, event = started
     token = delivery_var.set(
         Delivery.of(env, group=group.name, entry_id=entry.id, deliveries=entry.deliveries)
     )
@@ -234,26 +246,22 @@ async def _run(group: Group, event: Event, env: Envelope) -> bool:
     the inbox's row, the commit) waited on the database past ``db_timeout``"""
     rt, listener = group.rt, group.listener
     if listener.takes_tx:
-        patience = rt.options.db_timeout
-        with anyio.CancelScope() as ours:  # a deadline on our waits, not on the listener's
-            ours.deadline = anyio.current_time() + patience
+        patience = Patience(rt.options.db_timeout)  # on our waits, not on the listener's
+        with patience.scope:
             async with rt.engine.begin() as conn:
                 if not await rt.inbox.claim(
                     conn, group=group.name, event_id=env.event_id, now=utcnow()
                 ):
                     return False
-                ours.deadline = math.inf  # the listener's own work: call_timeout bounds it
                 began = time.perf_counter()
                 try:
-                    if listener.tx_positional:
-                        await listener.fn(event, conn)
-                    else:
-                        await listener.fn(event, tx=conn)
-                finally:  # the commit, or the rollback after the listener raised
-                    ours.deadline = anyio.current_time() + patience
+                    with patience.paused():  # the listener's own work: call_timeout bounds it
+                        await call_with_tx(listener, event, conn)
+                finally:  # then the commit, or the rollback after the listener raised
                     note_call(group, time.perf_counter() - began)
-        if ours.cancelled_caught:  # committed or not: a retry finds the inbox row if it was
-            raise TimeoutError(f"the database did not answer within db_timeout={patience} s")
+                await ensure_alive(conn, listener)  # a silent rollback is not a success
+        if patience.scope.cancelled_caught:  # committed or not: a retry finds the inbox row
+            raise patience.error()
         return True
     if listener.is_async:
         value: Any = listener.fn(event)
@@ -303,6 +311,35 @@ async def _hold(group: Group, entry: Entry, env: Envelope) -> None:
             )
     except REDIS_ERRORS as err:  # still pending: it comes back after the visibility time
         rt.log(logging.WARNING, ("hold", group.name), "could not hold an entry: %s", err)
+
+
+async def hand_back(group: Group, entries: list[Entry]) -> None:
+    """Entries whose call never began here (a stop): pending for any consumer's next reclaim
+    at once, their delivery not counted: they come back as they were, not as suspects."""
+    rt = group.rt
+    mine = [e for e in entries if not (f := group.in_flight.get(e.key)) or not f.lost]
+    for entry in entries:
+        group.finish(entry)  # no renewal from now on: it would reset the idle time set below
+    idle_ms = int(rt.options.visibility * 1000)
+    calls: list[ScriptCall] = [
+        (
+            rt.scripts.hold,
+            [entry.stream],
+            [group.name, rt.consumer, str(idle_ms), str(max(0, entry.deliveries - 1)), entry.id],
+        )
+        for entry in mine
+    ]
+    if not calls:
+        return
+    try:
+        async with group.idle_lock:
+            replies = await run_scripts(rt.client, calls)
+    except REDIS_ERRORS as err:  # still pending: they come back after the visibility time
+        replies = [err]
+    for reply in replies:
+        if isinstance(reply, Exception):
+            rt.log(logging.WARNING, ("hold", group.name), "could not hand back: %s", reply)
+            return
 
 
 async def _failed(

@@ -76,6 +76,7 @@ class InFlight:
 
     entry: Entry
     lost: bool = False  #: another consumer reclaimed it (a renewal found it no longer ours)
+    started: bool = False  #: its call began (else it waits in the queue or at the gate)
 
 
 class Group:

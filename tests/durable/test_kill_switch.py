@@ -8,12 +8,19 @@ import re
 from dataclasses import replace
 from typing import Any
 
+import anyio
 import pytest
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from eventbus import Event, EventBus, MemoryFailureStore
-from eventbus.durable import DurableOptions, GroupPaused, GroupResumed, RedisStreams
+from eventbus.durable import (
+    DurableOptions,
+    GroupPaused,
+    GroupResumed,
+    RedisStreams,
+    current_delivery,
+)
 from eventbus.durable._kill_switch import KillSwitch, Outcome
 from tests.durable.conftest import FAST, Factory, wait_until
 from tests.durable.events import REG, OrderPaid
@@ -188,6 +195,49 @@ async def test_a_tripped_group_pauses_without_spending_delivery_counts_and_resum
     assert sum(isinstance(e, GroupPaused) for e in announced) == 1
     [resumed] = [e for e in announced if isinstance(e, GroupResumed)]
     assert resumed.trips == 1
+
+
+async def test_a_stop_during_a_pause_hands_back_the_held_entries_at_once_uncharged(
+    make_streams: Factory, engine: AsyncEngine
+) -> None:
+    """Entries held at the gate never began: the stop does not wait the grace for them, and
+    the next consumer takes them as they were, not as suspects charged with a crash."""
+    options = replace(
+        FAST, concurrency=10, trip_after=5, trip_ratio=0.5, pause=60.0, max_pause=60.0
+    )
+    options = replace(options, shutdown_grace=10.0)
+    first = make_streams(options=options)
+
+    class DatabaseDown(Exception):
+        pass
+
+    async def down(e: OrderPaid) -> None:
+        raise DatabaseDown("connection refused")
+
+    first.subscribe(OrderPaid, down, name="grant", trip_on=DatabaseDown)
+    async with first:
+        async with engine.begin() as conn:
+            await first.publish_many([OrderPaid(order_id=i) for i in range(1, 11)], conn)
+        await wait_until(lambda: first.statistics().group("grant").paused, what="the trip")
+        held = first.statistics().group("grant").in_flight
+        assert held > 0  # read before the trip, waiting at the gate
+        began = anyio.current_time()
+    took = anyio.current_time() - began
+    assert took < options.shutdown_grace / 2  # nothing that began was left to wait for
+
+    deliveries: dict[int, list[int]] = {}
+
+    async def grant(e: OrderPaid) -> None:
+        deliveries.setdefault(e.order_id, []).append(current_delivery().deliveries)
+
+    second = make_streams(options=replace(options, shutdown_grace=1.0))
+    second.subscribe(OrderPaid, grant, name="grant", trip_on=DatabaseDown)
+    async with second:
+        await wait_until(lambda: len(deliveries) == 10, what="every event", within=15)
+        stats = second.statistics().group("grant")
+    assert all(len(d) == 1 for d in deliveries.values())  # each once
+    assert stats.suspects == 0 and stats.dead == 0
+    assert sorted(d for [d] in deliveries.values()).count(1) == held  # their count unspent
 
 
 async def _wait_paused(streams: RedisStreams) -> list[Any]:
