@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from eventbus.durable import current_delivery
+from eventbus.backends.sql import make_engine
+from eventbus.durable import create_durable_tables, current_delivery
 from tests.durable.conftest import FAST, Factory, wait_until
-from tests.durable.events import OrderPaid, effects
+from tests.durable.events import OrderPaid, effects, test_metadata
 
 FAILING = 7
 
