@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import httpx
@@ -128,6 +128,30 @@ async def serving(config: uvicorn.Config) -> AsyncIterator[str]:
                 yield f"http://127.0.0.1:{sock.getsockname()[1]}"
             finally:
                 server.should_exit = True
+
+
+async def hang_up_mid_body(
+    web: Any, request: bytes, *, lifespan: Literal["on", "off"] = "off"
+) -> None:
+    """Serve *web* through a real uvicorn server, send *request* (a body shorter than its
+    Content-Length) and hang up; return once the app has handled it. uvicorn's loggers
+    propagate to the root (``log_config=None``), where ``caplog`` listens."""
+    handled = anyio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await web(scope, receive, send)
+        finally:
+            if scope["type"] == "http":
+                handled.set()
+
+    config = uvicorn.Config(app, lifespan=lifespan, log_config=None, ws="none", http="h11")
+    async with serving(config) as base:
+        port = int(base.rsplit(":", 1)[1])
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(request)
+        with anyio.fail_after(10):
+            await handled.wait()
 
 
 #: The flags that make Debian's Chromium work as root on a closed network.

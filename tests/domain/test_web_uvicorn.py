@@ -6,14 +6,12 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-import anyio
 import httpx
 import pytest
 import uvicorn
-from starlette.types import Receive, Scope, Send
 
 from domain.web import WebConfig, _server_options, create_app
-from tests.console_support import _NONCE, TOKEN, field_of, serving
+from tests.console_support import _NONCE, TOKEN, field_of, hang_up_mid_body, serving
 
 
 async def test_a_real_redirect_round_trip_under_uvicorn(tmp_path: Path) -> None:
@@ -92,27 +90,13 @@ async def test_a_client_that_hangs_up_mid_body_logs_no_traceback(
     """Regression test: ``ClientDisconnect`` went up from the JSON body reader, and uvicorn
     logged an ERROR "Exception in ASGI application" with its traceback."""
     web = create_app(WebConfig(db=tmp_path / "web.db", app_options={"refill_watermark": 5}))
-    handled = anyio.Event()
-
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await web(scope, receive, send)
-        finally:
-            if scope["type"] == "http":
-                handled.set()
-
-    # log_config=None: uvicorn's loggers propagate to the root, where caplog listens
-    config = uvicorn.Config(app, lifespan="on", log_config=None, ws="none", http="h11")
     caplog.set_level(logging.INFO)
-    async with serving(config) as base:
-        port = int(base.rsplit(":", 1)[1])
-        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
-            await stream.send(
-                b"POST /links HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-                b'Content-Length: 1000\r\n\r\n{"url": "https://exa'
-            )
-        with anyio.fail_after(10):
-            await handled.wait()
+    await hang_up_mid_body(
+        web,
+        b"POST /links HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        b'Content-Length: 1000\r\n\r\n{"url": "https://exa',
+        lifespan="on",
+    )
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert not [r for r in caplog.records if r.exc_info]
     assert "the client hung up while sending the body of POST /links" in caplog.messages
