@@ -7,24 +7,27 @@ listener runs, then one commit. Nothing is acknowledged before that commit; a co
 fails fails every call of the batch. A process killed between the commit and the
 acknowledgements is covered by the inbox: the entries come back and find their rows.
 
-When a call raises, or the transaction cannot commit (on PostgreSQL, a listener that caught a
-database error inside ``tx`` leaves it aborted: the next call fails for it, and a COMMIT would
-silently roll back), that transaction is rolled back and every call runs again in a
+When a call raises, that transaction is rolled back: the call is charged with its error (a
+retry, or its dead letter), the calls before it run again and the calls after it run, in a
 transaction where each has its own ``SAVEPOINT`` with its inbox row, checked before its
-release: a failure rolls back only its own call's writes and is charged to that call (a
-retry, or its dead letter), while the rest commit together. (A listener's effects outside
-``tx`` may then happen twice, as with any redelivery; its writes through ``tx`` never do.)
+release, so that a further failure rolls back only its own call's writes while the rest
+commit together. When the transaction cannot commit although no call raised (on PostgreSQL,
+a listener that caught a database error inside ``tx`` leaves it aborted: a COMMIT would
+silently roll back), every call runs again that way. (A listener's effects outside ``tx`` may
+then happen twice, as with any redelivery; its writes through ``tx`` never do.)
 
-Batches hold what is already queued (at most ``tx_batch`` of the entries read together) and
-never wait for more; a lone entry takes the single-event path. On SQLite (one writer) the
-transaction begins explicitly, so that a first ``SAVEPOINT`` does not start (and its
-``RELEASE`` commit) a transaction of its own.
+A batch holds what was queued when its transaction slot came free (at most ``tx_batch``, fewer
+as calls take longer: ``batch_limit``) and never waits for more: a lone entry is a batch of
+one. Each slot keeps its connection between batches (``_held``). On SQLite (one writer) the
+savepoint pass begins its transaction explicitly, so that a first ``SAVEPOINT`` does not start
+(and its ``RELEASE`` commit) a transaction of its own.
 """
 
 from __future__ import annotations
 
 import time
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .._events import Event
@@ -32,18 +35,20 @@ from ._context import Delivery, delivery_var
 from ._delivery import failed, ready, succeeded
 from ._envelope import Envelope
 from ._group import Entry, Group, note_call
+from ._held import HeldConnection, is_stale
 from ._runtime import logger, utcnow
 from ._tx import Patience, TransactionAbortedError, call_with_tx, ensure_alive
 
 __all__ = ["deliver_batch"]
 
 
-async def deliver_batch(group: Group, entries: list[Entry]) -> None:
-    """Handle *entries* (of a group taking ``tx``) to their end in one transaction; never
-    raises but for cancellation."""
+async def deliver_batch(group: Group, entries: list[Entry], held: HeldConnection) -> None:
+    """Handle *entries* (of a group taking ``tx``) to their end in one transaction on
+    *held*'s connection; never raises but for cancellation."""
     try:
-        await _deliver_batch(group, entries)
+        await _deliver_batch(group, entries, held)
     except Exception:  # a case not foreseen: the entries stay pending and come back
+        await held.release()
         logger.exception(
             "durable listener %r: a batch of %d entries could not be handled; they come back "
             "after the visibility time",
@@ -56,15 +61,23 @@ async def deliver_batch(group: Group, entries: list[Entry]) -> None:
 
 
 class _OneByOne(Exception):
-    """The optimistic pass cannot commit (a call raised, or left the transaction aborted):
-    it rolls back, and every call runs again in a savepoint of its own."""
+    """The optimistic pass cannot commit: the call at *index* raised *error* (``None``: the
+    transaction is aborted, by which call is not known). It rolls back, and the calls run
+    again in a savepoint each (but a known culprit)."""
+
+    def __init__(self, index: int | None = None, error: Exception | None = None) -> None:
+        super().__init__(index, error)
+        self.index = index
+        self.error = error
 
 
 #: one call of a batch: its entry, its envelope, its decoded event
 Call = tuple[Entry, Envelope, Event]
+#: a call's outcome: ran (``True``), ran before (``False``: its inbox row was there), failed
+Outcome = bool | Exception
 
 
-async def _deliver_batch(group: Group, entries: list[Entry]) -> None:
+async def _deliver_batch(group: Group, entries: list[Entry], held: HeldConnection) -> None:
     rt = group.rt
     calls: list[Call] = []
     for entry in entries:
@@ -73,7 +86,10 @@ async def _deliver_batch(group: Group, entries: list[Entry]) -> None:
             calls.append((entry, *started))
     if not calls:
         return
-    outcomes = await _together(group, calls)
+    try:
+        outcomes = await _together(group, calls, held)
+    except _OneByOne as retry:
+        outcomes = await _each_in_a_savepoint(group, calls, held, retry)
     await rt.fault("batch-committed")
     group.counters.batches += 1
     for (entry, env, event), outcome in zip(calls, outcomes, strict=True):
@@ -83,57 +99,106 @@ async def _deliver_batch(group: Group, entries: list[Entry]) -> None:
             await succeeded(group, entry, env, outcome)
 
 
-async def _together(group: Group, calls: list[Call]) -> list[bool | Exception]:
-    """Every call in one transaction, the inbox rows in one statement; when that cannot
-    commit, :func:`_each_in_a_savepoint`."""
+async def _together(group: Group, calls: list[Call], held: HeldConnection) -> list[Outcome]:
+    """Every call in one transaction, the inbox rows in one statement first.
+
+    :raises _OneByOne: when that cannot commit (the transaction is rolled back)
+    """
     rt = group.rt
     patience = Patience(rt.options.db_timeout)
+    ids = [env.event_id for _, env, _ in calls]
+    ran: list[Outcome] = []
     try:
         with patience.scope:
-            async with rt.engine.begin() as conn:
+            for last_try in (False, True):
+                reused = held.reused
+                conn = await held.get()
                 if conn.dialect.name not in ("postgresql", "sqlite"):
-                    raise _OneByOne  # savepoints, one at a time
-                ids = [env.event_id for _, env, _ in calls]
-                fresh = await rt.inbox.claim_many(
-                    conn, group=group.name, event_ids=ids, now=utcnow()
-                )
-                ran: list[bool | Exception] = []
-                for entry, env, event in calls:
-                    first = env.event_id in fresh
-                    fresh.discard(env.event_id)  # the same event twice in a batch runs once
-                    if first:
-                        try:
-                            with patience.paused():
-                                await _call(group, conn, entry, env, event)
-                        except Exception as exc:
-                            raise _OneByOne from exc
-                    ran.append(first)
+                    raise _OneByOne  # no insert-or-ignore of many rows: a savepoint each
                 try:
-                    await ensure_alive(conn, group.listener)
-                except TransactionAbortedError as exc:
-                    raise _OneByOne from exc
-                await rt.fault("batch-committing")
-                patience.restart()  # the commit
+                    async with conn.begin():
+                        pinged = last_try or not reused
+                        ran = await _calls(group, conn, calls, ids, patience, pinged)
+                        try:
+                            await ensure_alive(conn, group.listener)
+                        except TransactionAbortedError as exc:
+                            raise _OneByOne from exc
+                        await rt.fault("batch-committing")
+                        patience.restart()  # the commit
+                    break
+                except _Stale:
+                    await held.release()  # once more, on a fresh connection (pinged)
     except _OneByOne:
-        return await _each_in_a_savepoint(group, calls)
+        raise
     except Exception as exc:  # the commit (or the connection) failed: nothing was stored
+        await held.release()
         return [exc] * len(calls)
     if patience.scope.cancelled_caught:  # committed or not: a retry finds the inbox rows
+        await held.release()
         return [patience.error()] * len(calls)
     return ran
 
 
-async def _each_in_a_savepoint(group: Group, calls: list[Call]) -> list[bool | Exception]:
-    """Every call in one transaction, each in a savepoint with its inbox row."""
+class _Stale(Exception):
+    """A kept connection turned out dead at the batch's first statement: no call ran yet."""
+
+
+async def _calls(
+    group: Group,
+    conn: AsyncConnection,
+    calls: list[Call],
+    ids: list[str],
+    patience: Patience,
+    fresh_connection: bool,
+) -> list[Outcome]:
+    """The inbox rows, then each call whose row was not there yet, in *conn*'s transaction.
+
+    :raises _OneByOne: for the first call that raised
+    :raises _Stale: if a kept connection was found dead by the inbox's statement
+    """
+    try:
+        fresh = await group.rt.inbox.claim_many(conn, group=group.name, event_ids=ids, now=utcnow())
+    except Exception as exc:
+        if not fresh_connection and is_stale(exc):
+            raise _Stale from exc
+        raise
+    ran: list[Outcome] = []
+    with patience.paused():  # the listeners' own work: call_timeout and they bound it, not we
+        for index, (entry, env, event) in enumerate(calls):
+            first = env.event_id in fresh
+            fresh.discard(env.event_id)  # the same event twice in a batch runs once
+            if first:
+                try:
+                    await _call(group, conn, entry, env, event)
+                except Exception as exc:
+                    # A database error may be an earlier call's fault (on PostgreSQL, one it
+                    # caught aborted the transaction): every call runs again then.
+                    known = not _is_database_error(exc)
+                    raise (_OneByOne(index, exc) if known else _OneByOne()) from exc
+            ran.append(first)
+    return ran
+
+
+async def _each_in_a_savepoint(
+    group: Group, calls: list[Call], held: HeldConnection, retry: _OneByOne
+) -> list[Outcome]:
+    """Every call in one transaction, each in a savepoint with its inbox row; the call that
+    raised in the optimistic pass is charged with that error, not called twice."""
+    if retry.error is not None and len(calls) == 1:  # nothing to run again
+        return [retry.error]
     rt = group.rt
     patience = Patience(rt.options.db_timeout)
-    outcomes: list[bool | Exception] = []
+    outcomes: list[Outcome] = []
     try:
         with patience.scope:
-            async with rt.engine.begin() as conn:
+            conn = await held.get()
+            async with conn.begin():
                 if conn.dialect.name == "sqlite":
                     await conn.exec_driver_sql("BEGIN")
-                for entry, env, event in calls:
+                for index, (entry, env, event) in enumerate(calls):
+                    if index == retry.index and retry.error is not None:
+                        outcomes.append(retry.error)
+                        continue
                     try:
                         async with conn.begin_nested():
                             ran = await rt.inbox.claim(
@@ -149,17 +214,26 @@ async def _each_in_a_savepoint(group: Group, calls: list[Call]) -> list[bool | E
                 await rt.fault("batch-committing")
                 patience.restart()  # the commit
     except Exception as exc:  # the commit (or the connection) failed: nothing was stored
+        await held.release()
         return _all_failed(outcomes, exc, len(calls))
     if patience.scope.cancelled_caught:  # committed or not: a retry finds the inbox rows
+        await held.release()
         return _all_failed(outcomes, patience.error(), len(calls))
     return outcomes
 
 
-def _all_failed(
-    outcomes: list[bool | Exception], exc: Exception, count: int
-) -> list[bool | Exception]:
+def _is_database_error(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, SQLAlchemyError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _all_failed(outcomes: list[Outcome], exc: Exception, count: int) -> list[Outcome]:
     """What nothing of was stored: each call failed, with its own error or *exc*."""
-    lost: list[bool | Exception] = [exc] * (count - len(outcomes))
+    lost: list[Outcome] = [exc] * (count - len(outcomes))
     return [o if isinstance(o, Exception) else exc for o in outcomes] + lost
 
 

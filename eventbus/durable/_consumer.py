@@ -27,7 +27,8 @@ from .._failures import safe_str
 from ._batch import deliver_batch
 from ._delivery import deliver, hand_back
 from ._envelope import text_fields
-from ._group import Entry, Group, InFlight, batch_limit, is_missing_group
+from ._group import Entry, Group, InFlight, batch_limit, is_missing_group, shares_transactions
+from ._held import release_period
 from ._leases import adopt_own_pending, reclaim_loop, renew_loop
 from ._pause_task import pause_loop
 from ._runtime import REDIS_ERRORS
@@ -65,6 +66,8 @@ class Consumer:
             async with anyio.create_task_group() as service:  # outlives the listener calls
                 service.start_soon(renew_loop, group)
                 service.start_soon(group.ack_loop)
+                if shares_transactions(group):
+                    service.start_soon(_release_idle_connections, group)
                 if group.switch is not None:
                     service.start_soon(pause_loop, group)
                 async with anyio.create_task_group() as handlers:
@@ -80,6 +83,7 @@ class Consumer:
                 await group.flush_acks()
                 service.cancel_scope.cancel()
         finally:
+            await group.release_connections(idle_only=False)
             self._done.set()
 
     def start(self, entry: Entry) -> None:
@@ -96,25 +100,32 @@ class Consumer:
         until no other call of the group runs here, and no other call starts until it is done;
         should it end the process again, no batch-mate was running beside it."""
         queue, group = self._queue, self.group
+        shared = shares_transactions(group)
         while True:
             entry = await queue.get()
             if entry.suspect:
                 await self._alone(entry)
                 continue
+            # held, its lease renewed, its count unspent; a batch waits for a transaction
+            # slot, and takes what was queued meanwhile
+            while group.alone or group.paused or (shared and group.tx_running >= group.tx_slots()):
+                await group.wait_gate()
             batch: list[Entry] = []
             suspects: list[Entry] = []
             limit = batch_limit(group)
             while len(batch) + 1 < limit and not queue.empty():  # queued already
                 more = queue.get_nowait()
                 (suspects if more.suspect else batch).append(more)
-            while group.alone or group.paused:  # held, its lease renewed, its count unspent
-                await group.wait_gate()
             if not self._begin([entry, *batch]):
                 return
             group.running += 1
             try:
-                if batch:
-                    await deliver_batch(group, [entry, *batch])
+                if shared:
+                    held = group.take_connection()
+                    try:
+                        await deliver_batch(group, [entry, *batch], held)
+                    finally:
+                        group.give_back(held)
                 else:
                     await deliver(group, entry)
             finally:
@@ -208,3 +219,11 @@ class Consumer:
                     if redelivered:
                         group.counters.redelivered += 1
                     self.start(Entry(stream, entry_id, text_fields(fields), 1))
+
+
+async def _release_idle_connections(group: Group) -> None:
+    """Give back the connections of transaction slots that had no batch for a while: a
+    quiet group holds none from the pool."""
+    while True:
+        await anyio.sleep(release_period())
+        await group.release_connections(idle_only=True)

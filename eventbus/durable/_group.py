@@ -18,13 +18,22 @@ from redis.exceptions import ResponseError
 from .._failures import safe_str
 from ._attempts import Attempts, field_of
 from ._events import GroupPaused, GroupRecreated, GroupResumed
+from ._held import HeldConnection
 from ._kill_switch import KillSwitch, Outcome
 from ._listener import DurableListener
 from ._registry import create_group, register_group
 from ._runtime import REDIS_ERRORS, Runtime, logger
 from ._stats import GroupCounters, GroupStatistics
 
-__all__ = ["Entry", "Group", "InFlight", "is_missing_group"]
+__all__ = [
+    "Entry",
+    "Group",
+    "InFlight",
+    "batch_limit",
+    "is_missing_group",
+    "note_call",
+    "shares_transactions",
+]
 
 #: pauses after a missing group: the first, the longest, and quiet seconds that reset them
 NOGROUP_BACKOFF = 0.2
@@ -111,6 +120,10 @@ class Group:
         #: ``tx`` calls): a batch runs its calls one after another, so it holds only as many
         #: as fit in ``BATCH_SECONDS``; a slow listener's entries run side by side instead
         self.call_seconds: float | None = None
+        #: transactions of a group taking ``tx`` running now (see :meth:`tx_slots`)
+        self.tx_running = 0
+        #: the free transaction slots' connections, kept between batches (``_held``)
+        self.connections: list[HeldConnection] = []
         self._gate = anyio.Event()
         opts = rt.options
         self.switch = (
@@ -158,9 +171,40 @@ class Group:
         )
 
     def free_slots(self) -> int:
+        """How many more entries to read: ``concurrency`` calls in flight; for a group whose
+        calls share transactions, as many as its transactions at once can hold."""
         if self.suspects:  # a suspect runs alone: whatever is read now would wait beside it
             return 0
-        return max(0, self.rt.options.concurrency - len(self.in_flight))
+        limit = batch_limit(self)
+        room = self.rt.options.concurrency if limit == 1 else self.tx_slots() * limit
+        return max(0, room - len(self.in_flight))
+
+    def tx_slots(self) -> int:
+        """Transactions at once for a group whose calls share them: a few (``TX_SLOTS``), each
+        holding a batch, while calls are quick; as many as ``concurrency`` when they are slow
+        (a batch of one each). More transactions at once than the few that keep the database
+        busy only make batches smaller: more commits, more connections, less throughput."""
+        concurrency = self.rt.options.concurrency
+        return min(concurrency, max(TX_SLOTS, -(-concurrency // batch_limit(self))))
+
+    def take_connection(self) -> HeldConnection:
+        """A free transaction slot's connection (kept from its last batch, if any)."""
+        self.tx_running += 1
+        return self.connections.pop() if self.connections else HeldConnection(self.rt.engine)
+
+    def give_back(self, held: HeldConnection) -> None:
+        held.idle_since = time.monotonic()
+        self.connections.append(held)  # the most recently used is taken first
+        self.tx_running -= 1
+        self.gate_changed()
+
+    async def release_connections(self, *, idle_only: bool) -> None:
+        """Give the free slots' kept connections back to the pool (those unused for
+        ``HOLD_IDLE`` seconds, or all of them at stop)."""
+        for held in list(self.connections):
+            # checked again after each await: a worker may have taken it meanwhile
+            if held in self.connections and (not idle_only or held.idle()):
+                await held.release()
 
     def finish(self, entry: Entry) -> None:
         """Forget an entry this process no longer works on (done, retried later, or cancelled)."""
@@ -420,9 +464,13 @@ class Group:
             )
 
 
-#: how long one batch of ``tx`` calls may take, by the calls' usual length: beyond it the
-#: calls one after another in one transaction cost more than their commits side by side
-BATCH_SECONDS = 0.005
+#: how long one batch of ``tx`` calls may take, by the calls' usual length: the latency a
+#: batch adds to its last call, and the point past which calls one after another in one
+#: transaction would be slower than the same calls in transactions side by side
+BATCH_SECONDS = 0.015
+#: transactions at once of a group whose calls share them (while a batch holds several):
+#: enough to keep the database and this process busy while one waits on a round trip
+TX_SLOTS = 4
 
 
 def note_call(group: Group, seconds: float) -> None:
@@ -431,12 +479,18 @@ def note_call(group: Group, seconds: float) -> None:
     group.call_seconds = seconds if old is None else old + (seconds - old) / 8
 
 
+def shares_transactions(group: Group) -> bool:
+    """Whether the group's calls run in shared transactions (``_batch``): a listener taking
+    ``tx``, without ``call_timeout`` (which cuts each call short on its own)."""
+    return group.listener.takes_tx and not group.rt.options.call_timeout
+
+
 def batch_limit(group: Group) -> int:
     """How many entries one transaction may hold now: ``tx_batch`` at most (until a call was
     measured), as many calls as fit in ``BATCH_SECONDS``; 1 (the lone path) for listeners not
     taking ``tx`` and with ``call_timeout`` (each call is cut short on its own)."""
     opts = group.rt.options
-    if not group.listener.takes_tx or opts.call_timeout:
+    if not shares_transactions(group):
         return 1
     if group.call_seconds is None:
         return opts.tx_batch

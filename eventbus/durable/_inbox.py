@@ -9,6 +9,7 @@ followed by an insert.
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -59,19 +60,36 @@ class Inbox:
 
         :raises NotImplementedError: on another database
         """
-        values = [{"group_name": group, "event_id": e, "processed_at": now} for e in event_ids]
-        keys = ["group_name", "event_id"]
         dialect = conn.dialect.name
         if dialect == "postgresql":
-            insert = postgresql.insert(self.table).values(values)
-            stmt = insert.on_conflict_do_nothing(index_elements=keys)
-        elif dialect == "sqlite":
-            insert_ = sqlite.insert(self.table).values(values)
-            stmt = insert_.on_conflict_do_nothing(index_elements=keys)  # type: ignore[assignment]
-        else:
+            params = {"group_name": group, "event_ids": event_ids, "processed_at": now}
+            result = await conn.execute(self._claim_unnest, params)
+            return {row[0] for row in result}
+        if dialect != "sqlite":
             raise NotImplementedError(dialect)
+        values = [{"group_name": group, "event_id": e, "processed_at": now} for e in event_ids]
+        stmt = sqlite.insert(self.table).values(values)
+        stmt = stmt.on_conflict_do_nothing(index_elements=["group_name", "event_id"])
         result = await conn.execute(stmt.returning(self.table.c.event_id))
         return {row[0] for row in result}
+
+    @functools.cached_property
+    def _claim_unnest(self) -> sa.Executable:
+        """PostgreSQL's many-row claim as one statement for any number of rows: the ids as one
+        array parameter, so that its plan and SQLAlchemy's compiled form are made once (a
+        ``VALUES`` list of N rows is a new statement for each N, and costs per row to build)."""
+        c = self.table.c
+        rows = sa.select(
+            sa.bindparam("group_name", type_=c.group_name.type),
+            sa.func.unnest(sa.bindparam("event_ids", type_=postgresql.ARRAY(c.event_id.type))),
+            sa.bindparam("processed_at", type_=c.processed_at.type),
+        )
+        insert = postgresql.insert(self.table).from_select(
+            ["group_name", "event_id", "processed_at"], rows
+        )
+        return insert.on_conflict_do_nothing(index_elements=["group_name", "event_id"]).returning(
+            c.event_id
+        )
 
     async def seen(self, engine: AsyncEngine, *, group: str, event_id: str) -> bool:
         c = self.table.c

@@ -207,7 +207,8 @@ async def test_f14_a_lost_group_is_recreated_and_republish_restores_the_window(
         await gate.wait()
         await effect_listener(e, tx)
 
-    streams = make_streams(redis=client, options=replace(FAST, concurrency=1))
+    # one entry in flight (a batch would read all five before the loss)
+    streams = make_streams(redis=client, options=replace(FAST, concurrency=1, tx_batch=1))
     streams.notify = alarms.append
     streams.subscribe(OrderPaid, gated, name="grant")
     since = datetime.now(UTC)
