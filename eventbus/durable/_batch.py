@@ -106,7 +106,7 @@ async def _together(group: Group, calls: list[Call], held: HeldConnection) -> li
     """
     rt = group.rt
     patience = Patience(rt.options.db_timeout)
-    ids = [env.event_id for _, env, _ in calls]
+    ids = sorted({env.event_id for _, env, _ in calls})  # one order: no deadlock between slots
     ran: list[Outcome] = []
     try:
         with patience.scope:
@@ -171,12 +171,26 @@ async def _calls(
                 try:
                     await _call(group, conn, entry, env, event)
                 except Exception as exc:
-                    # A database error may be an earlier call's fault (on PostgreSQL, one it
-                    # caught aborted the transaction): every call runs again then.
-                    known = not _is_database_error(exc)
-                    raise (_OneByOne(index, exc) if known else _OneByOne()) from exc
+                    earlier = any(ran)
+                    if earlier and not await _own_fault(conn, group, exc):
+                        raise _OneByOne from exc
+                    raise _OneByOne(index, exc) from exc
             ran.append(first)
     return ran
+
+
+async def _own_fault(conn: AsyncConnection, group: Group, exc: Exception) -> bool:
+    """Whether a call that raised after others ran in its transaction is surely the one at
+    fault: not when it raised a database error, nor when the transaction is aborted (on
+    PostgreSQL an earlier call that caught a database error leaves it so, and the next
+    statement fails, whatever the next listener then raises)."""
+    if _is_database_error(exc):
+        return False
+    try:
+        await ensure_alive(conn, group.listener)
+    except TransactionAbortedError:
+        return False
+    return True
 
 
 async def _each_in_a_savepoint(
@@ -195,8 +209,11 @@ async def _each_in_a_savepoint(
             async with conn.begin():
                 if conn.dialect.name == "sqlite":
                     await conn.exec_driver_sql("BEGIN")
+                culprit = calls[retry.index][1].event_id if retry.index is not None else None
                 for index, (entry, env, event) in enumerate(calls):
-                    if index == retry.index and retry.error is not None:
+                    if retry.error is not None and (
+                        index == retry.index or env.event_id == culprit  # the same event again
+                    ):
                         outcomes.append(retry.error)
                         continue
                     try:
@@ -223,10 +240,13 @@ async def _each_in_a_savepoint(
 
 
 def _is_database_error(exc: BaseException) -> bool:
+    """Whether *exc* is, or was raised while handling, a database error."""
+    visited: set[int] = set()
     seen: BaseException | None = exc
-    while seen is not None:
+    while seen is not None and id(seen) not in visited:
         if isinstance(seen, SQLAlchemyError):
             return True
+        visited.add(id(seen))
         seen = seen.__cause__ or seen.__context__
     return False
 

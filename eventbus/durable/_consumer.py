@@ -125,6 +125,7 @@ class Consumer:
                     try:
                         await deliver_batch(group, [entry, *batch], held)
                     finally:
+                        await held.after_batch()
                         group.give_back(held)
                 else:
                     await deliver(group, entry)

@@ -190,7 +190,9 @@ class Group:
     def take_connection(self) -> HeldConnection:
         """A free transaction slot's connection (kept from its last batch, if any)."""
         self.tx_running += 1
-        return self.connections.pop() if self.connections else HeldConnection(self.rt.engine)
+        if self.connections:
+            return self.connections.pop()
+        return HeldConnection(self.rt.engine, self.rt.keep)
 
     def give_back(self, held: HeldConnection) -> None:
         held.idle_since = time.monotonic()
@@ -201,9 +203,14 @@ class Group:
     async def release_connections(self, *, idle_only: bool) -> None:
         """Give the free slots' kept connections back to the pool (those unused for
         ``HOLD_IDLE`` seconds, or all of them at stop)."""
+        if not idle_only:  # at stop: side by side, each close bounded
+            async with anyio.create_task_group() as tg:
+                for held in self.connections:
+                    tg.start_soon(held.release)
+            return
         for held in list(self.connections):
             # checked again after each await: a worker may have taken it meanwhile
-            if held in self.connections and (not idle_only or held.idle()):
+            if held in self.connections and held.idle():
                 await held.release()
 
     def finish(self, entry: Entry) -> None:
@@ -468,6 +475,8 @@ class Group:
 #: batch adds to its last call, and the point past which calls one after another in one
 #: transaction would be slower than the same calls in transactions side by side
 BATCH_SECONDS = 0.015
+#: the largest batch before a call was timed
+FIRST_BATCH = 4
 #: transactions at once of a group whose calls share them (while a batch holds several):
 #: enough to keep the database and this process busy while one waits on a round trip
 TX_SLOTS = 4
@@ -486,12 +495,13 @@ def shares_transactions(group: Group) -> bool:
 
 
 def batch_limit(group: Group) -> int:
-    """How many entries one transaction may hold now: ``tx_batch`` at most (until a call was
-    measured), as many calls as fit in ``BATCH_SECONDS``; 1 (the lone path) for listeners not
-    taking ``tx`` and with ``call_timeout`` (each call is cut short on its own)."""
+    """How many entries one transaction may hold now: ``FIRST_BATCH`` until a call was
+    timed, then as many calls as fit in ``BATCH_SECONDS``, ``tx_batch`` at most; 1 (the lone
+    path) for listeners not taking ``tx`` and with ``call_timeout`` (each call is cut short
+    on its own)."""
     opts = group.rt.options
     if not shares_transactions(group):
         return 1
-    if group.call_seconds is None:
-        return opts.tx_batch
+    if group.call_seconds is None:  # a slow listener's first batch must not hold many
+        return min(opts.tx_batch, FIRST_BATCH)
     return max(1, min(opts.tx_batch, int(BATCH_SECONDS / max(group.call_seconds, 1e-6))))

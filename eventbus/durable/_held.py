@@ -1,11 +1,13 @@
 """Database connections a group taking ``tx`` keeps from one batch to the next.
 
-Checking a connection out of a pool with ``pool_pre_ping`` (``make_engine``'s default) pings
-it first, and on asyncpg a ping is three round trips (BEGIN, a query, ROLLBACK): more than a
-small batch's own statements. So each transaction slot of a group keeps its connection while
-batches follow each other, and gives it back to the pool after ``HOLD_IDLE`` seconds without
-one (or at stop). A kept connection the server closed meanwhile fails at the batch's first
-statement, before any listener ran: the batch then takes a fresh one, pinged, once.
+Checking a connection out of a pool with ``pool_pre_ping`` (``make_engine``'s default) pings it
+first, and on asyncpg a ping is three round trips (BEGIN, a query, ROLLBACK): more than a small
+batch's own statements. So a transaction slot keeps its connection while batches follow each
+other, and gives it back to the pool after ``HOLD_IDLE`` seconds without one (or at stop). The
+process keeps no more than its pool's size less one (:class:`KeepBudget`): kept connections
+never starve the publishers, the relay or another group of the pool. A kept connection the
+server closed meanwhile fails at the batch's first statement, before any listener ran: the
+batch then takes a fresh one, pinged, once.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import anyio
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-__all__ = ["HOLD_IDLE", "HeldConnection", "is_stale", "release_period"]
+__all__ = ["HOLD_IDLE", "HeldConnection", "KeepBudget", "is_stale", "release_period"]
 
 #: seconds a slot keeps its connection without a batch before giving it back to the pool
 HOLD_IDLE = 5.0
@@ -36,18 +38,36 @@ def is_stale(exc: BaseException) -> bool:
     return isinstance(exc, DBAPIError) and exc.connection_invalidated
 
 
-class HeldConnection:
-    """One transaction slot's connection: checked out on first use, kept between batches."""
+class KeepBudget:
+    """How many connections this process's groups may keep between batches: the pool's size
+    less one, so that one pooled connection and the whole overflow stay for everybody else
+    (the publishers, the relay, other groups); none for a pool of no fixed size."""
 
-    __slots__ = ("conn", "engine", "idle_since")
+    __slots__ = ("left",)
 
     def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
-        self.conn: AsyncConnection | None = None
-        self.idle_since = time.monotonic()
+        size = getattr(engine.sync_engine.pool, "size", None)
+        self.left = max(0, int(size()) - 1) if callable(size) else 0
 
     def __repr__(self) -> str:
-        return f"HeldConnection(held={self.conn is not None})"
+        return f"KeepBudget(left={self.left})"
+
+
+class HeldConnection:
+    """One transaction slot's connection: checked out for a batch, and kept for the next one
+    while the process's :class:`KeepBudget` allows."""
+
+    __slots__ = ("budget", "conn", "engine", "idle_since", "kept")
+
+    def __init__(self, engine: AsyncEngine, budget: KeepBudget) -> None:
+        self.engine = engine
+        self.budget = budget
+        self.conn: AsyncConnection | None = None
+        self.idle_since = time.monotonic()
+        self.kept = False  #: holds one of the budget's places
+
+    def __repr__(self) -> str:
+        return f"HeldConnection(held={self.conn is not None}, kept={self.kept})"
 
     @property
     def reused(self) -> bool:
@@ -59,6 +79,16 @@ class HeldConnection:
             self.conn = await self.engine.connect()
         return self.conn
 
+    async def after_batch(self) -> None:
+        """Keep the connection for the next batch if the budget allows, else give it back."""
+        if self.conn is None or self.kept:
+            return
+        if self.budget.left > 0:
+            self.budget.left -= 1
+            self.kept = True
+        else:
+            await self.release()
+
     def idle(self) -> bool:
         return self.conn is not None and time.monotonic() - self.idle_since >= HOLD_IDLE
 
@@ -66,6 +96,9 @@ class HeldConnection:
         """Give the connection back to the pool; one that cannot even close is dropped (the
         pool replaces it)."""
         conn, self.conn = self.conn, None
+        if self.kept:
+            self.kept = False
+            self.budget.left += 1
         if conn is None:
             return
         # a broken connection raises here: the pool has invalidated it already

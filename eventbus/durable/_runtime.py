@@ -20,6 +20,7 @@ from .._core._log_limit import LogLimiter
 from .._events import Event, EventRegistry
 from .._failures import FailureRecord
 from ..abc import FailureStore
+from ._held import KeepBudget
 from ._inbox import Inbox
 from ._keys import StreamKeys
 from ._options import DurableOptions
@@ -99,9 +100,12 @@ class Runtime:
     ignored: Counter[tuple[str, str]] = dataclasses.field(init=False, default_factory=Counter)
     scripts: Scripts = dataclasses.field(init=False)
     limiter: LogLimiter = dataclasses.field(init=False)
+    #: connections the groups taking ``tx`` may keep between batches (``_held``)
+    keep: KeepBudget = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         self.scripts = Scripts(self.client)
+        self.keep = KeepBudget(self.engine)
         self.limiter = LogLimiter(logger, level=logging.WARNING, burst=5, interval=60.0)
 
     def log(self, level: int, key: str | tuple[object, ...], msg: str, *args: object) -> None:

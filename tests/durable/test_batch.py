@@ -8,6 +8,7 @@ import asyncio
 from collections import Counter
 from dataclasses import replace
 
+import anyio
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -15,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from eventbus.backends.sql import make_engine
 from eventbus.durable import create_durable_tables, current_delivery
 from eventbus.durable._group import TX_SLOTS
-from tests.durable.conftest import FAST, Factory, wait_until
+from tests.durable.conftest import FAST, Factory, effect_rows, wait_until
 from tests.durable.events import OrderPaid, effects, test_metadata
 
 FAILING = 7
@@ -135,6 +136,68 @@ async def test_a_lone_call_that_swallows_a_database_error_in_tx_is_retried_not_a
     assert [r.order_id for r in rows] == [1] and stats.failed == 1
 
 
+async def test_a_victim_of_an_aborted_transaction_is_not_charged_whatever_it_raises(
+    make_streams: Factory, postgres_url: str
+) -> None:
+    """A listener whose statement fails because an earlier call's caught error aborted the
+    transaction may raise anything (here an error of its own, outside the ``except``): the
+    culprit is charged, not it."""
+    pg = await _postgres(postgres_url)
+    most: dict[int, int] = {}
+    culprit = 4
+    streams = make_streams(engine=pg, options=replace(FAST, concurrency=10, tx_batch=10))
+
+    async def grant(e: OrderPaid, tx: AsyncConnection) -> None:
+        delivery = current_delivery()
+        most[e.order_id] = max(most.get(e.order_id, 0), delivery.deliveries)
+        stored = True
+        try:
+            await tx.execute(
+                effects.insert().values(listener="grant", event_id="", order_id=e.order_id)
+            )
+        except sa.exc.DBAPIError:
+            stored = False
+        if not stored:
+            raise LookupError(f"order {e.order_id} could not be stored")
+        if e.order_id == culprit and delivery.deliveries == 1:
+            await _insert_the_clash_and_swallow_its_error(tx)
+
+    streams.subscribe(OrderPaid, grant, name="grant")
+    try:
+        async with streams:
+            async with pg.begin() as conn:
+                await streams.publish_many([OrderPaid(order_id=i) for i in range(10)], conn)
+            await wait_until(
+                lambda: streams.statistics().group("grant").succeeded == 10, what="all 10"
+            )
+    finally:
+        await pg.dispose()
+    assert {o for o, n in most.items() if n > 1} == {culprit}
+
+
+async def test_a_lone_call_that_raises_a_database_error_is_called_once_per_delivery(
+    make_streams: Factory, database: AsyncEngine
+) -> None:
+    calls: list[int] = []
+    streams = make_streams(engine=database)
+
+    async def grant(e: OrderPaid, tx: AsyncConnection) -> None:
+        calls.append(current_delivery().deliveries)
+        await tx.execute(effects.insert().values(listener="g", event_id="", order_id=e.order_id))
+        if len(calls) == 1:  # the same statement again: a unique violation, not caught
+            await tx.execute(effects.insert().values(id=-1, listener="g", event_id="", order_id=0))
+            await tx.execute(effects.insert().values(id=-1, listener="g", event_id="", order_id=0))
+
+    streams.subscribe(OrderPaid, grant, name="grant")
+    async with streams:
+        async with database.begin() as conn:
+            await streams.publish(OrderPaid(order_id=1), conn)
+        await wait_until(lambda: streams.statistics().group("grant").succeeded == 1, what="it")
+        stats = streams.statistics().group("grant")
+    assert calls == [1, 2] and stats.failed == 1  # not called again within its first delivery
+    assert [r.order_id for r in await effect_rows(database, "g")] == [1]
+
+
 async def _postgres(url: str) -> AsyncEngine:
     """A PostgreSQL engine on fresh tables, with the row whose id the listeners clash on."""
     pg = make_engine(url)
@@ -215,6 +278,37 @@ async def test_kept_connections_go_back_to_the_pool_when_idle_and_at_stop(
             await streams.publish(OrderPaid(order_id=100), conn)
         await wait_until(lambda: streams.statistics().group("grant").succeeded == 101, what="one")
     assert not kept  # nor past the stop
+
+
+async def test_the_connections_kept_between_batches_leave_room_in_the_pool(
+    make_streams: Factory, db_url: str
+) -> None:
+    """Two groups, four transactions at once each, on a pool of 3: no more than 2 connections
+    are kept between batches, so the relay and the publishers are never starved."""
+    engine = make_engine(db_url, pool_size=3)
+    await create_durable_tables(engine)
+    async with engine.begin() as conn:
+        await conn.run_sync(test_metadata.create_all)
+    streams = make_streams(engine=engine, options=replace(FAST, concurrency=16))
+    kept = _connections_checked_out_by(engine, "Consumer._work")
+
+    async def slow(e: OrderPaid, tx: AsyncConnection) -> None:
+        await anyio.sleep(0.002)  # batches of a few: every transaction slot is used
+        await tx.execute(effects.insert().values(listener="g", event_id="", order_id=e.order_id))
+
+    streams.subscribe(OrderPaid, slow, name="one")
+    streams.subscribe(OrderPaid, slow, name="two")
+    try:
+        async with streams:
+            async with engine.begin() as conn:
+                await streams.publish_many([OrderPaid(order_id=i) for i in range(300)], conn)
+            await wait_until(
+                lambda: all(streams.statistics().group(g).succeeded == 300 for g in ("one", "two")),
+                what="both groups",
+            )
+            assert len(kept) <= 2
+    finally:
+        await engine.dispose()
 
 
 def _connections_checked_out_by(engine: AsyncEngine, task: str) -> set[int]:
