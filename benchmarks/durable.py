@@ -12,10 +12,12 @@ Cases, each on SQLite (a file, WAL) and on PostgreSQL 15 (a throwaway server):
 * **max**: publish N events as fast as the publisher can (transactions of 100 events), and
   divide N by the time from the first commit to the last listener finished: the sustained
   rate of the whole pipeline. Also with a listener taking ``tx`` that inserts one row
-  (exactly-once effects: the row and its inbox row commit together), twice: deliveries
-  sharing a transaction per batch (each call in a savepoint, the default), and one
-  transaction per event (``tx_batch=1``, as before batching). A ``tx`` listener's event
-  counts as finished when its transaction commits.
+  (exactly-once effects: the row and its inbox row commit together), three times: deliveries
+  sharing a transaction per batch (the default) with the insert statement built once, as a
+  hot listener should; the same with ``insert().values(...)`` built at every call (SQLAlchemy
+  then makes the statement and its cache key each time); and one transaction per event
+  (``tx_batch=1``, as before batching). A ``tx`` listener's event counts as finished when its
+  transaction commits.
 * **1,000/s** and **5,000/s** offered (``tx`` listeners: 1,000/s): every 10 ms the publisher
   commits the events due (transactions of at most ``RATE/1000`` events, so about 1,000
   commits per second); the latency of each event is from its commit to its listener's end
@@ -145,19 +147,25 @@ async def durable_consumer(
         registry=REG,
         options=DurableOptions(poll_interval=1.0, tx_batch=1 if args.mode == "tx1" else 50),
     )
-    if args.mode in ("tx", "tx1"):
+    if args.mode in ("tx", "txv", "tx1"):
 
         def committed(conn: Any) -> None:  # an event has its effect once its commit is done
             for order_id in conn.info.pop("bench", ()):
                 finish_one(order_id)
 
         sa.event.listen(engine.sync_engine, "commit", committed)
+        insert = effects.insert()  # built once, as a hot listener's statement should be
+        per_call = args.mode == "txv"
 
         async def with_tx(e: OrderPaid, tx: AsyncConnection) -> None:
             await listener(e.order_id)
-            await tx.execute(
-                effects.insert().values(listener="bench", event_id="", order_id=e.order_id)
-            )
+            if per_call:  # SQLAlchemy builds the statement and its cache key at every call
+                await tx.execute(
+                    effects.insert().values(listener="bench", event_id="", order_id=e.order_id)
+                )
+            else:
+                row = {"listener": "bench", "event_id": "", "order_id": e.order_id}
+                await tx.execute(insert, row)
             tx.sync_connection.info.setdefault("bench", []).append(e.order_id)  # type: ignore[union-attr]
 
         streams.subscribe(OrderPaid, with_tx, name="bench.tx")
@@ -350,6 +358,9 @@ async def main(options: Options, options_only: str = "") -> list[Table]:
         if db_url is not None:
             cases.append((f"durable {db_name}", "plain", db_url))
             cases.append((f"durable {db_name}, tx listener (one row), batched", "tx", db_url))
+            cases.append(
+                (f"durable {db_name}, tx listener (insert().values() per call)", "txv", db_url)
+            )
             cases.append((f"durable {db_name}, tx listener (one row), tx_batch=1", "tx1", db_url))
     if options_only:
         cases = [c for c in cases if c[1] == "naive" or options_only in c[0]]
@@ -416,7 +427,9 @@ def parse() -> tuple[Options, argparse.Namespace]:
     parser.add_argument("--quick", action="store_true", help="fewer events, shorter rates")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write results")
     parser.add_argument("--only", default="", metavar="TEXT", help="cases whose label has TEXT")
-    parser.add_argument("--worker", choices=["naive", "plain", "tx", "tx1"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--worker", choices=["naive", "plain", "tx", "txv", "tx1"], help=argparse.SUPPRESS
+    )
     parser.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--redis", help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)

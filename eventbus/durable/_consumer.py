@@ -113,6 +113,9 @@ class Consumer:
             batch: list[Entry] = []
             suspects: list[Entry] = []
             limit = batch_limit(group)
+            if shared:  # a share of what is queued per free slot: a burst runs side by side
+                free = max(1, group.tx_slots() - group.tx_running)
+                limit = min(limit, -(-(queue.qsize() + 1) // free))
             while len(batch) + 1 < limit and not queue.empty():  # queued already
                 more = queue.get_nowait()
                 (suspects if more.suspect else batch).append(more)

@@ -474,7 +474,7 @@ class Group:
 #: how long one batch of ``tx`` calls may take, by the calls' usual length: the latency a
 #: batch adds to its last call, and the point past which calls one after another in one
 #: transaction would be slower than the same calls in transactions side by side
-BATCH_SECONDS = 0.015
+BATCH_SECONDS = 0.05
 #: the largest batch before a call was timed
 FIRST_BATCH = 4
 #: transactions at once of a group whose calls share them (while a batch holds several):

@@ -255,6 +255,31 @@ async def test_a_fast_listener_gets_few_transactions_at_once_each_holding_a_batc
     assert len(connections) <= TX_SLOTS  # each slot kept its connection
 
 
+async def test_a_burst_is_shared_among_the_free_transactions(
+    make_streams: Factory, database: AsyncEngine
+) -> None:
+    """Entries read together while transactions are free run side by side, a share each,
+    rather than one after another in the first transaction (whose last call would wait for
+    all the others)."""
+    batches: list[int] = []
+    streams = make_streams(engine=database, options=replace(FAST, concurrency=16, tx_batch=50))
+
+    async def grant(e: OrderPaid, tx: AsyncConnection) -> None:
+        await tx.execute(effects.insert().values(listener="g", event_id="", order_id=e.order_id))
+
+    streams.subscribe(OrderPaid, grant, name="grant")
+    async with streams:
+        async with database.begin() as conn:  # the calls timed: batches of up to 50 from now
+            await streams.publish_many([OrderPaid(order_id=i) for i in range(8)], conn)
+        await wait_until(lambda: streams.statistics().group("grant").succeeded == 8, what="8")
+        before = streams.statistics().group("grant").batches
+        async with database.begin() as conn:
+            await streams.publish_many([OrderPaid(order_id=i) for i in range(8, 48)], conn)
+        await wait_until(lambda: streams.statistics().group("grant").succeeded == 48, what="48")
+        batches.append(streams.statistics().group("grant").batches - before)
+    assert batches[0] >= TX_SLOTS  # 40 entries in one read: a share per free transaction
+
+
 async def test_kept_connections_go_back_to_the_pool_when_idle_and_at_stop(
     make_streams: Factory, database: AsyncEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
