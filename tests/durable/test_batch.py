@@ -14,7 +14,11 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from eventbus.backends.sql import make_engine
-from eventbus.durable import create_durable_tables, current_delivery
+from eventbus.durable import (
+    RedisStreams,
+    create_durable_tables,
+    current_delivery,
+)
 from eventbus.durable._group import TX_SLOTS
 from tests.durable.conftest import FAST, Factory, effect_rows, wait_until
 from tests.durable.events import OrderPaid, effects, test_metadata
@@ -83,11 +87,7 @@ async def test_a_call_that_swallows_a_database_error_in_tx_is_charged_and_loses_
     streams.subscribe(OrderPaid, grant, name="grant")
     try:
         async with streams:
-            async with pg.begin() as conn:
-                await streams.publish_many([OrderPaid(order_id=i) for i in range(10)], conn)
-            await wait_until(
-                lambda: streams.statistics().group("grant").succeeded == 10, what="all 10"
-            )
+            await _publish_and_wait(streams, pg, range(10))
             stats = streams.statistics().group("grant")
         async with pg.connect() as conn:
             rows = (
@@ -165,11 +165,7 @@ async def test_a_victim_of_an_aborted_transaction_is_not_charged_whatever_it_rai
     streams.subscribe(OrderPaid, grant, name="grant")
     try:
         async with streams:
-            async with pg.begin() as conn:
-                await streams.publish_many([OrderPaid(order_id=i) for i in range(10)], conn)
-            await wait_until(
-                lambda: streams.statistics().group("grant").succeeded == 10, what="all 10"
-            )
+            await _publish_and_wait(streams, pg, range(10))
     finally:
         await pg.dispose()
     assert {o for o, n in most.items() if n > 1} == {culprit}
@@ -196,6 +192,17 @@ async def test_a_lone_call_that_raises_a_database_error_is_called_once_per_deliv
         stats = streams.statistics().group("grant")
     assert calls == [1, 2] and stats.failed == 1  # not called again within its first delivery
     assert [r.order_id for r in await effect_rows(database, "g")] == [1]
+
+
+async def _publish_and_wait(streams: RedisStreams, engine: AsyncEngine, orders: range) -> None:
+    """Publish *orders* in one transaction; return once the group "grant" has succeeded up
+    to the last of them (the orders before *orders* already done)."""
+    async with engine.begin() as conn:
+        await streams.publish_many([OrderPaid(order_id=i) for i in orders], conn)
+    await wait_until(
+        lambda: streams.statistics().group("grant").succeeded == orders.stop,
+        what=f"orders up to {orders.stop}",
+    )
 
 
 async def _postgres(url: str) -> AsyncEngine:
@@ -244,11 +251,7 @@ async def test_a_fast_listener_gets_few_transactions_at_once_each_holding_a_batc
 
     streams.subscribe(OrderPaid, grant, name="grant")
     async with streams:
-        async with database.begin() as conn:
-            await streams.publish_many([OrderPaid(order_id=i) for i in range(400)], conn)
-        await wait_until(
-            lambda: streams.statistics().group("grant").succeeded == 400, what="all 400"
-        )
+        await _publish_and_wait(streams, database, range(400))
         stats = streams.statistics().group("grant")
     assert stats.batches <= 400 // 5, stats  # batches, not a transaction per event
     assert most <= TX_SLOTS
@@ -269,13 +272,9 @@ async def test_a_burst_is_shared_among_the_free_transactions(
 
     streams.subscribe(OrderPaid, grant, name="grant")
     async with streams:
-        async with database.begin() as conn:  # the calls timed: batches of up to 50 from now
-            await streams.publish_many([OrderPaid(order_id=i) for i in range(8)], conn)
-        await wait_until(lambda: streams.statistics().group("grant").succeeded == 8, what="8")
+        await _publish_and_wait(streams, database, range(8))  # timed: batches up to 50 now
         before = streams.statistics().group("grant").batches
-        async with database.begin() as conn:
-            await streams.publish_many([OrderPaid(order_id=i) for i in range(8, 48)], conn)
-        await wait_until(lambda: streams.statistics().group("grant").succeeded == 48, what="48")
+        await _publish_and_wait(streams, database, range(8, 48))
         batches.append(streams.statistics().group("grant").batches - before)
     assert batches[0] >= TX_SLOTS  # 40 entries in one read: a share per free transaction
 
@@ -292,11 +291,7 @@ async def test_kept_connections_go_back_to_the_pool_when_idle_and_at_stop(
 
     streams.subscribe(OrderPaid, grant, name="grant")
     async with streams:
-        async with database.begin() as conn:
-            await streams.publish_many([OrderPaid(order_id=i) for i in range(100)], conn)
-        await wait_until(
-            lambda: streams.statistics().group("grant").succeeded == 100, what="all 100"
-        )
+        await _publish_and_wait(streams, database, range(100))
         assert kept  # a slot keeps its connection between batches...
         await wait_until(lambda: not kept, what="kept connections back")  # ...not when idle
         async with database.begin() as conn:
