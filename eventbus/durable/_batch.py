@@ -163,6 +163,7 @@ async def _calls(
             raise _Stale from exc
         raise
     ran: list[Outcome] = []
+    failure: tuple[int, Exception] | None = None
     with patience.paused():  # the listeners' own work: call_timeout and they bound it, not we
         for index, (entry, env, event) in enumerate(calls):
             first = env.event_id in fresh
@@ -171,12 +172,15 @@ async def _calls(
                 try:
                     await _call(group, conn, entry, env, event)
                 except Exception as exc:
-                    earlier = any(ran)
-                    if earlier and not await _own_fault(conn, group, exc):
-                        raise _OneByOne from exc
-                    raise _OneByOne(index, exc) from exc
+                    failure = (index, exc)
+                    break
             ran.append(first)
-    return ran
+    if failure is None:
+        return ran
+    index, error = failure  # our check below waits on the database: under db_timeout again
+    if any(ran) and not await _own_fault(conn, group, error):  # others ran before it
+        raise _OneByOne from error
+    raise _OneByOne(index, error) from error
 
 
 async def _own_fault(conn: AsyncConnection, group: Group, exc: Exception) -> bool:

@@ -99,45 +99,67 @@ class Consumer:
         A suspect (an entry back after its consumer ended or stalled) runs alone: it waits
         until no other call of the group runs here, and no other call starts until it is done;
         should it end the process again, no batch-mate was running beside it."""
+        group = self.group
+        if not shares_transactions(group):
+            while await self._next():
+                pass
+            return
+        # Only a worker holding a transaction slot takes entries: the others wait at the gate
+        # with none, so that entries arriving while every slot is busy stay queued together
+        # for the next free slot's batch (not one held by each idle worker, to run alone).
+        while True:
+            while group.tx_reserved >= group.tx_slots():
+                await group.wait_gate()
+            group.tx_reserved += 1
+            try:
+                if not await self._next():
+                    return
+            finally:
+                group.tx_reserved -= 1
+                group.gate_changed()
+
+    async def _next(self) -> bool:
+        """Take the next entry (and, for shared transactions, its share of the queue) and
+        handle it; ``False`` once stopping."""
         queue, group = self._queue, self.group
         shared = shares_transactions(group)
-        while True:
-            entry = await queue.get()
-            if entry.suspect:
-                await self._alone(entry)
-                continue
-            # held, its lease renewed, its count unspent; a batch waits for a transaction
-            # slot, and takes what was queued meanwhile
-            while group.alone or group.paused or (shared and group.tx_running >= group.tx_slots()):
-                await group.wait_gate()
-            batch: list[Entry] = []
-            suspects: list[Entry] = []
-            limit = batch_limit(group)
-            if shared:  # a share of what is queued per free slot: a burst runs side by side
-                free = max(1, group.tx_slots() - group.tx_running)
-                limit = min(limit, -(-(queue.qsize() + 1) // free))
-            while len(batch) + 1 < limit and not queue.empty():  # queued already
-                more = queue.get_nowait()
-                (suspects if more.suspect else batch).append(more)
-            if not self._begin([entry, *batch]):
-                return
-            group.running += 1
-            try:
-                if shared:
-                    held = group.take_connection()
+        entry = await queue.get()
+        if entry.suspect:
+            await self._alone(entry)
+            return True
+        while group.alone or group.paused:  # held, its lease renewed, its count unspent
+            await group.wait_gate()
+        batch: list[Entry] = []
+        suspects: list[Entry] = []
+        limit = batch_limit(group)
+        if shared:  # a share of what is queued per free slot: a burst runs side by side
+            free = max(1, group.tx_slots() - group.tx_running)
+            limit = min(limit, -(-(queue.qsize() + 1) // free))
+        while len(batch) + 1 < limit and not queue.empty():  # queued already
+            more = queue.get_nowait()
+            (suspects if more.suspect else batch).append(more)
+        if not self._begin([entry, *batch]):
+            return False
+        group.running += 1
+        try:
+            if shared:
+                held = group.take_connection()
+                try:
+                    await deliver_batch(group, [entry, *batch], held)
+                finally:
                     try:
-                        await deliver_batch(group, [entry, *batch], held)
-                    finally:
                         await held.after_batch()
+                    finally:
                         group.give_back(held)
-                else:
-                    await deliver(group, entry)
-            finally:
-                group.running -= 1
-                if group.alone and not group.running:
-                    group.gate_changed()
-            for suspect in suspects:
-                await self._alone(suspect)
+            else:
+                await deliver(group, entry)
+        finally:
+            group.running -= 1
+            if group.alone and not group.running:
+                group.gate_changed()
+        for suspect in suspects:
+            await self._alone(suspect)
+        return True
 
     async def _alone(self, entry: Entry) -> None:
         group = self.group

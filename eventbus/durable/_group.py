@@ -122,6 +122,8 @@ class Group:
         self.call_seconds: float | None = None
         #: transactions of a group taking ``tx`` running now (see :meth:`tx_slots`)
         self.tx_running = 0
+        #: transaction slots taken by workers (waiting for an entry, or running a batch)
+        self.tx_reserved = 0
         #: the free transaction slots' connections, kept between batches (``_held``)
         self.connections: list[HeldConnection] = []
         self._gate = anyio.Event()

@@ -284,6 +284,52 @@ async def test_a_burst_is_shared_among_the_free_transactions(
     assert batches[0] >= TX_SLOTS  # 40 entries in one read: a share per free transaction
 
 
+async def test_entries_arriving_while_every_transaction_is_busy_wait_together(
+    make_streams: Factory, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression test: each idle worker took one such entry and waited with it for a slot,
+    to run it alone; now only workers holding a slot take entries, so the next free slot
+    takes them as one batch. (PostgreSQL: on SQLite the held transactions would hold its one
+    write lock, and the publishes wait.)"""
+    # the held calls are long: batches by count only, or the group would take them for a
+    # slow listener's (a batch of one each, in as many transactions as ``concurrency``)
+    monkeypatch.setattr("eventbus.durable._group.BATCH_SECONDS", 3600.0)
+    database = await _postgres(postgres_url)
+    gate = anyio.Event()
+    entered = 0
+    transactions: list[object] = []  # of the later entries' calls (kept: ids stay unique)
+    streams = make_streams(engine=database, options=replace(FAST, concurrency=16))
+
+    async def grant(e: OrderPaid, tx: AsyncConnection) -> None:
+        nonlocal entered
+        if e.order_id < TX_SLOTS:  # the first batches hold every transaction slot
+            entered += 1
+            await gate.wait()
+        else:
+            current = tx.sync_connection.get_transaction()  # type: ignore[union-attr]
+            if all(current is not t for t in transactions):
+                transactions.append(current)
+        await tx.execute(effects.insert().values(listener="g", event_id="", order_id=e.order_id))
+
+    streams.subscribe(OrderPaid, grant, name="grant")
+    async with streams:
+        async with database.begin() as conn:
+            await streams.publish_many([OrderPaid(order_id=i) for i in range(TX_SLOTS)], conn)
+        await wait_until(lambda: entered == TX_SLOTS, what="every slot busy")
+        for i in range(TX_SLOTS, 24):  # one at a time, each read on its own
+            async with database.begin() as conn:
+                await streams.publish(OrderPaid(order_id=i), conn)
+        await wait_until(lambda: _read(streams) == 16, what="what can be read, read")
+        gate.set()
+        await wait_until(lambda: streams.statistics().group("grant").succeeded == 24, what="24")
+    await database.dispose()
+    assert len(transactions) <= 8  # 20 entries in a few batches, not 12 of them alone
+
+
+def _read(streams: RedisStreams) -> int:
+    return streams.statistics().group("grant").in_flight
+
+
 async def test_kept_connections_go_back_to_the_pool_when_idle_and_at_stop(
     make_streams: Factory, database: AsyncEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:

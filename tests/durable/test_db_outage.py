@@ -232,6 +232,49 @@ async def test_a_commit_on_a_silent_database_waits_at_most_db_timeout(
         await engine.dispose()
 
 
+async def test_the_check_after_a_failed_call_waits_at_most_db_timeout(
+    make_streams: Factory, own_postgres: PostgresServer, pg_url: str
+) -> None:
+    """Regression test: when a call that is not its batch's first raised, whether the
+    transaction was aborted (by an earlier call) is asked of the database with no deadline:
+    a database gone silent then held the group until it answered again."""
+    engine = make_engine(pg_url)
+    async with engine.begin() as conn:
+        await conn.run_sync(test_metadata.create_all)
+    await create_durable_tables(engine)
+    options = replace(FAST, db_timeout=0.5, concurrency=1)  # the two entries: one batch
+    streams = make_streams(engine=engine, options=options)
+    calls = 0
+
+    async def grant(e: OrderPaid, tx: AsyncConnection) -> None:
+        nonlocal calls
+        calls += 1
+        await tx.execute(
+            effects.insert().values(listener="grant", event_id="", order_id=e.order_id)
+        )
+        if calls == 2:  # the batch's second call: the database stops, then it raises
+            own_postgres.pause()
+            raise RuntimeError("not the database's fault")
+
+    streams.subscribe(OrderPaid, grant, name="grant")
+    try:
+        async with streams:
+            await _publish(streams, engine, 1, 2)
+            try:
+                await wait_until(
+                    lambda: streams.statistics().group("grant").failed >= 1,
+                    what="the batch given up on",
+                    within=5,
+                )
+            finally:
+                own_postgres.resume()
+            await wait_until(lambda: _ended(streams, 2), what="the retries")
+        assert sorted(r.order_id for r in await effect_rows(engine)) == [1, 2]
+    finally:
+        own_postgres.resume()
+        await engine.dispose()
+
+
 def _ended(streams: RedisStreams, orders: int = 1) -> bool:
     group = streams.statistics().group("grant")
     return group.succeeded + group.duplicates == orders
