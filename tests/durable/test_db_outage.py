@@ -171,6 +171,15 @@ async def test_a_relay_waits_on_a_silent_database_at_most_db_timeout(
         await engine.dispose()
 
 
+async def _with_tables(url: str) -> AsyncEngine:
+    """An engine on *url*, with the durable tables and the test's effects table."""
+    engine = make_engine(url)
+    async with engine.begin() as conn:
+        await conn.run_sync(test_metadata.create_all)
+    await create_durable_tables(engine)
+    return engine
+
+
 async def _publish(streams: RedisStreams, engine: AsyncEngine, *order_ids: int) -> None:
     async with engine.begin() as conn:
         await streams.publish_many([OrderPaid(order_id=i) for i in order_ids], conn)
@@ -186,10 +195,7 @@ async def test_a_commit_on_a_silent_database_waits_at_most_db_timeout(
     once the database answers again (the first commit, sent before the pause, may land: the
     retry then finds the inbox row). With several entries read together the batch's one
     commit is bounded the same way (every call of the batch fails, and is retried)."""
-    engine = make_engine(pg_url)
-    async with engine.begin() as conn:
-        await conn.run_sync(test_metadata.create_all)
-    await create_durable_tables(engine)
+    engine = await _with_tables(pg_url)
     # one transaction at a time: the entries read together are one batch (with transactions
     # free, a burst would be shared among them)
     options = replace(FAST, db_timeout=0.5, concurrency=1)
@@ -238,10 +244,7 @@ async def test_the_check_after_a_failed_call_waits_at_most_db_timeout(
     """Regression test: when a call that is not its batch's first raised, whether the
     transaction was aborted (by an earlier call) is asked of the database with no deadline:
     a database gone silent then held the group until it answered again."""
-    engine = make_engine(pg_url)
-    async with engine.begin() as conn:
-        await conn.run_sync(test_metadata.create_all)
-    await create_durable_tables(engine)
+    engine = await _with_tables(pg_url)
     options = replace(FAST, db_timeout=0.5, concurrency=1)  # the two entries: one batch
     streams = make_streams(engine=engine, options=options)
     calls = 0
